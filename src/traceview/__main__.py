@@ -1,0 +1,3 @@
+from traceview.cli import main
+
+main()

@@ -1,0 +1,100 @@
+"""The Python API: `traceview.load(path)` gives a Trace whose `.sql()` returns polars frames."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from traceview.errors import TraceviewError
+from traceview.ingest import ingest
+from traceview.model import db
+
+DUCKDB_MAGIC_OFFSET = 8
+DUCKDB_MAGIC = b"DUCK"
+
+
+def is_duckdb_file(path: Path) -> bool:
+    """A DuckDB database file carries 'DUCK' at byte 8."""
+    try:
+        with path.open("rb") as f:
+            return f.read(DUCKDB_MAGIC_OFFSET + 4)[DUCKDB_MAGIC_OFFSET:] == DUCKDB_MAGIC
+    except OSError:
+        return False
+
+
+class Trace:
+    """An ingested trace: one DuckDB database holding the traceview schema."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, source: Path):
+        self.con = con
+        self.source = source
+
+    def sql(self, query: str, params: list | dict | None = None) -> pl.DataFrame:
+        """Run SQL over the schema and return a polars DataFrame (empty for statements without rows)."""
+        relation = self.con.sql(query, params=params)
+        return relation.pl() if relation is not None else pl.DataFrame()
+
+    def scalar(self, query: str, params: list | dict | None = None):
+        row = self.con.execute(query, params).fetchone()
+        return row[0] if row else None
+
+    def save(self, target: Path) -> None:
+        """Persist the schema tables to a DuckDB file, written beside and renamed into place."""
+        target = target.resolve()
+        if target.exists() and target.samefile(self.source):
+            raise TraceviewError(f"{target}: refusing to overwrite the input trace")
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        os.unlink(tmp_name)
+        try:
+            self.con.execute("ATTACH ? AS _out", [tmp_name])
+            for table in db.CONTRACT_TABLES:
+                self.con.execute(f"CREATE TABLE _out.{table} AS SELECT * FROM {table}")
+            self.con.execute("DETACH _out")
+            os.replace(tmp_name, target)
+        finally:
+            for leftover in (tmp_name, tmp_name + ".wal"):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Trace:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load(path: str | os.PathLike) -> Trace:
+    """Ingest a trace (nsys .sqlite, Kineto .json[.gz], a directory of ranks) or open a saved .duckdb.
+
+    A saved database opens read-only; an ingested trace lives in memory, so nothing a query does
+    can reach the input file.
+    """
+    source = Path(path)
+    if not source.exists():
+        raise TraceviewError(f"{source}: no such file or directory")
+    if source.is_file() and is_duckdb_file(source):
+        try:
+            con = duckdb.connect(str(source), read_only=True)
+        except duckdb.Error as exc:
+            raise TraceviewError(f"{source}: cannot open DuckDB database ({exc})") from None
+        missing = [t for t in db.CONTRACT_TABLES if not con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [t]).fetchone()[0]]
+        if missing:
+            con.close()
+            raise TraceviewError(f"{source}: DuckDB file is not a traceview database (missing {', '.join(missing)})")
+        return Trace(con, source)
+    con = duckdb.connect()
+    try:
+        ingest(source, con)
+    except BaseException:
+        con.close()
+        raise
+    return Trace(con, source)

@@ -1,0 +1,74 @@
+"""Input formats. Each reader module exposes `sniff(path, head) -> bool` and `read(path, con, rank) -> rank`.
+
+Adding a format is one module and one line in READERS.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import ModuleType
+
+import duckdb
+
+from traceview.errors import TraceviewError
+from traceview.ingest import kineto, nsys
+from traceview.model import db
+
+READERS: tuple[ModuleType, ...] = (nsys, kineto)
+HEAD_BYTES = 64
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".gz")
+RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+
+def reader_for(path: Path) -> ModuleType:
+    """The reader that recognises the file by its first bytes (never by its extension alone)."""
+    if path.name.endswith(REPORT_SUFFIXES):
+        raise TraceviewError(
+            f"{path}: this is an Nsight Systems report; export it first: "
+            f"nsys export --type sqlite --output {path.with_suffix('.sqlite').name} {path.name}"
+        )
+    try:
+        with path.open("rb") as f:
+            head = f.read(HEAD_BYTES)
+    except FileNotFoundError:
+        raise TraceviewError(f"{path}: no such file") from None
+    except PermissionError:
+        raise TraceviewError(f"{path}: permission denied") from None
+    except IsADirectoryError:
+        raise TraceviewError(f"{path}: is a directory") from None
+    if not head:
+        raise TraceviewError(f"{path}: empty file")
+    for reader in READERS:
+        if reader.sniff(path, head):
+            return reader
+    raise TraceviewError(f"{path}: not a trace (expected an Nsight Systems SQLite export or a PyTorch profiler JSON)")
+
+
+def trace_files(directory: Path) -> list[Path]:
+    """Trace files directly inside a directory of per-rank traces, in name order."""
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    if not files:
+        raise TraceviewError(f"{directory}: directory holds no trace files (*.sqlite, *.json, *.json.gz)")
+    return files
+
+
+def _rank_from_name(path: Path) -> int | None:
+    match = RANK_IN_NAME.search(path.name)
+    return int(match.group(1)) if match else None
+
+
+def ingest(path: Path, con: duckdb.DuckDBPyConnection) -> None:
+    """Create the schema in `con` and load a trace file, or a directory of per-rank traces."""
+    db.create_schema(con)
+    if path.is_dir():
+        files = trace_files(path)
+        for index, file in enumerate(files):
+            default = _rank_from_name(file)
+            rank = reader_for(file).read(file, con, index if default is None else default)
+            taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchone()[0]
+            if taken > 1:
+                raise TraceviewError(f"{file}: rank {rank} is claimed by two traces in {path}")
+    else:
+        reader_for(path).read(path, con, None)

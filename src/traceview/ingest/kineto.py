@@ -1,0 +1,325 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON, gzip or plain, 2021 legacy categories to today.
+
+A Kineto file is one JSON object holding a huge `traceEvents` array. Parsing it as one record is
+slow, so the array is streamed (decompressing on the fly) into a temporary file and DuckDB reads it
+as an array of records with declared column types, in parallel and without a Python object per
+event. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
+Kineto prints; no rounding to whole microseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+import zlib
+from pathlib import Path
+
+import duckdb
+
+from traceview.errors import TraceviewError
+from traceview.model import db
+
+GZIP_MAGIC = b"\x1f\x8b"
+EVENTS_KEY = b'"traceEvents"'
+READ_CHUNK = 8 << 20
+TAIL_BYTES = 1 << 20
+MAX_HEAD_BYTES = 64 << 20
+EPOCH_2001_US = 10**15
+
+LEGACY_CATEGORIES = {
+    "Kernel": "kernel",
+    "Runtime": "cuda_runtime",
+    "Memcpy": "gpu_memcpy",
+    "Memset": "gpu_memset",
+    "Operator": "cpu_op",
+}
+RANGE_CATEGORIES = ("cpu_op", "user_annotation", "gpu_user_annotation", "python_function")
+
+EVENT_COLUMNS = {
+    "ph": "VARCHAR",
+    "cat": "VARCHAR",
+    "name": "VARCHAR",
+    "pid": "JSON",
+    "tid": "JSON",
+    "ts": "DECIMAL(38,3)",
+    "dur": "DECIMAL(38,3)",
+    "args": "JSON",
+}
+
+# Argument paths read from every event, parsed once per event by json_extract_string.
+ARG_PATHS = {
+    "correlation": "$.correlation",
+    "external_id": '$."External id"',
+    "legacy_external_id": '$."external id"',
+    "device": "$.device",
+    "stream": "$.stream",
+    "grid": "$.grid",
+    "block": "$.block",
+    "registers": '$."registers per thread"',
+    "shared_memory": '$."shared memory"',
+    "bytes": "$.bytes",
+    "size": "$.size",
+    "kind": "$.kind",
+    "graph_id": '$."graph id"',
+    "graph_node_id": '$."graph node id"',
+    "input_dims": '$."Input Dims"',
+    "input_types": '$."Input type"',
+    "flops": "$.flops",
+}
+
+
+def sniff(path: Path, head: bytes) -> bool:
+    if head.startswith(GZIP_MAGIC):
+        return True
+    stripped = head.lstrip()
+    return stripped.startswith(b"{") or stripped.startswith(b"[")
+
+
+def _open(path: Path):
+    with path.open("rb") as f:
+        gzipped = f.read(2) == GZIP_MAGIC
+    return gzip.open(path, "rb") if gzipped else path.open("rb")
+
+
+def _object_tail_start(tail: bytes) -> int | None:
+    """Offset in `tail` just past the `]` that closes traceEvents, or None when the array never closes."""
+    pos = len(tail)
+    while (pos := tail.rfind(b"]", 0, pos)) >= 0:
+        rest = tail[pos + 1 :].decode("utf-8", "replace").strip()
+        if rest.startswith(",") or rest.startswith("}"):
+            try:
+                json.loads('{"_": 0' + rest if rest.startswith(",") else "{}")
+                return pos + 1
+            except json.JSONDecodeError:
+                pass
+    return None
+
+
+def _metadata(head: bytes, rest: bytes, path: Path) -> dict:
+    """Parse the top-level keys around the event array (everything but traceEvents)."""
+    before = head.decode("utf-8", "replace").rstrip().rstrip(",")
+    after = rest.decode("utf-8", "replace").strip()
+    if before.endswith("{") and after.startswith(","):
+        after = after[1:]
+    try:
+        value = json.loads(before + after)
+    except json.JSONDecodeError as exc:
+        raise TraceviewError(f"{path}: invalid JSON in the trace metadata ({exc.msg})") from None
+    return value if isinstance(value, dict) else {}
+
+
+def extract_events(path: Path, events_file: Path) -> dict:
+    """Stream the traceEvents array of `path` into `events_file`; return the other top-level keys."""
+    head = bytearray()
+    tail = b""
+    found = top_level_list = False
+    try:
+        with _open(path) as src, events_file.open("wb") as dst:
+            while chunk := src.read(READ_CHUNK):
+                if not found:
+                    head += chunk
+                    text_start = head.lstrip()[:1]
+                    if text_start == b"[":
+                        found = top_level_list = True
+                        chunk, head = bytes(head), bytearray()
+                    elif (key := head.find(EVENTS_KEY)) >= 0 and (start := head.find(b"[", key)) >= 0:
+                        found = True
+                        chunk, head = bytes(head[start:]), head[:key]
+                    elif len(head) > MAX_HEAD_BYTES or (text_start and text_start != b"{"):
+                        break
+                    else:
+                        continue
+                dst.write(chunk)
+                tail = (tail + chunk)[-TAIL_BYTES:]
+            if not found:
+                raise TraceviewError(f"{path}: not a PyTorch profiler trace (no traceEvents array)")
+            if top_level_list:
+                return {}
+            end = _object_tail_start(tail)
+            if end is None:
+                raise TraceviewError(f"{path}: truncated trace: the traceEvents array is never closed")
+            dst.truncate(dst.tell() - (len(tail) - end))
+            return _metadata(bytes(head), tail[end:], path)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise TraceviewError(f"{path}: damaged gzip stream ({exc})") from None
+
+
+def _int_or_none(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
+    """Load one Kineto trace; its rank is the trace's own `distributedInfo.rank`, else `rank`, else 0."""
+    with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
+        events_file = Path(tmp) / "events.json"
+        meta = extract_events(path, events_file)
+        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+        own_rank = _int_or_none(dist.get("rank"))
+        rank = own_rank if own_rank is not None else (rank or 0)
+        base_ns = _int_or_none(meta.get("baseTimeNanoseconds")) or 0
+        _load_events(con, events_file, path)
+    _insert_trace_info(con, path, meta, rank, base_ns, _int_or_none(dist.get("world_size")))
+    _insert_devices(con, meta, rank)
+    _stage_events(con, rank, base_ns)
+    _add_diagnostics(con, rank)
+    con.execute("DROP TABLE _kineto_events")
+    db.finish_stages(con, rank, match_pid=False)
+    return rank
+
+
+def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) -> None:
+    args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
+    columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
+    arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
+    try:
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE _kineto_events AS
+            SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list}
+            FROM (
+                SELECT *, json_extract_string(args, [{args}]) AS a,
+                       CASE cat {' '.join(f"WHEN '{k}' THEN '{v}'" for k, v in LEGACY_CATEGORIES.items())} END AS map_cat
+                FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = 268435456)
+                WHERE ph IN ('X', 'i', 'I')
+            )
+            """,
+            [str(events_file)],
+        )
+    except duckdb.Error as exc:
+        message = str(exc).splitlines()[0]
+        raise TraceviewError(f"{path}: invalid trace JSON ({message})") from None
+
+
+def _insert_trace_info(con, path: Path, meta: dict, rank: int, base_ns: int, world_size: int | None) -> None:
+    first_ts = con.execute("SELECT min(ts) FROM _kineto_events WHERE ts > 0").fetchone()[0]
+    if base_ns or (first_ts is not None and first_ts > EPOCH_2001_US):
+        time_base, origin = "unix_epoch", 0
+    else:
+        time_base, origin = "profiler", None
+    version = meta.get("schemaVersion")
+    con.execute(
+        "INSERT INTO trace_info VALUES (?, 'kineto', 'pytorch-profiler', ?, NULL, ?, ?, ?, ?, ?, NULL, NULL)",
+        [rank, None if version is None else str(version), str(path.resolve()), path.stat().st_size,
+         world_size, time_base, origin],
+    )
+
+
+def _insert_devices(con, meta: dict, rank: int) -> None:
+    props = meta.get("deviceProperties")
+    rows = []
+    for index, dev in enumerate(props if isinstance(props, list) else []):
+        if not isinstance(dev, dict):
+            continue
+        rows.append([
+            rank,
+            _int_or_none(dev.get("id")) if dev.get("id") is not None else index,
+            str(dev.get("name") or "").strip(),
+            _int_or_none(dev.get("numSms")),
+            _int_or_none(dev.get("totalGlobalMem")),
+            _int_or_none(dev.get("computeMajor")),
+            _int_or_none(dev.get("computeMinor")),
+            _int_or_none(dev.get("warpSize")),
+        ])
+    con.executemany("INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?)", rows)
+
+
+def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> None:
+    """Split the raw events into the staged contract tables, with times in integer ns."""
+    times = f"""
+        {base_ns}::BIGINT + CAST(ts * 1000 AS BIGINT) AS start_ns,
+        {base_ns}::BIGINT + CAST((ts + coalesce(greatest(dur, 0), 0)) * 1000 AS BIGINT) AS end_ns"""
+    host_ids = """
+        TRY_CAST(json_extract_string(pid, '$') AS BIGINT) AS pid,
+        TRY_CAST(json_extract_string(tid, '$') AS BIGINT) AS tid"""
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _stage_api_calls AS
+        SELECT {rank} AS rank, {host_ids}, name,
+               CASE WHEN cat = 'cuda_driver' THEN 'driver' ELSE 'runtime' END AS api, {times},
+               TRY_CAST(arg_correlation AS BIGINT) AS correlation_id,
+               TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id
+        FROM _kineto_events WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver')
+        """
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _stage_kernels AS
+        SELECT {rank} AS rank,
+               coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(json_extract_string(pid, '$') AS INTEGER)) AS device_id,
+               coalesce(TRY_CAST(arg_stream AS BIGINT),
+                        TRY_CAST(regexp_extract(json_extract_string(tid, '$'), '([0-9]+)', 1) AS BIGINT)) AS stream_id,
+               NULL::BIGINT AS pid, {times}, coalesce(name, '') AS name, NULL::VARCHAR AS short_name,
+               TRY_CAST(json_extract_string(arg_grid, '$[0]') AS BIGINT) AS grid_x,
+               TRY_CAST(json_extract_string(arg_grid, '$[1]') AS BIGINT) AS grid_y,
+               TRY_CAST(json_extract_string(arg_grid, '$[2]') AS BIGINT) AS grid_z,
+               TRY_CAST(json_extract_string(arg_block, '$[0]') AS BIGINT) AS block_x,
+               TRY_CAST(json_extract_string(arg_block, '$[1]') AS BIGINT) AS block_y,
+               TRY_CAST(json_extract_string(arg_block, '$[2]') AS BIGINT) AS block_z,
+               TRY_CAST(arg_registers AS BIGINT) AS registers_per_thread,
+               TRY_CAST(arg_shared_memory AS BIGINT) AS shared_memory_bytes,
+               TRY_CAST(arg_correlation AS BIGINT) AS correlation_id,
+               (arg_kind = 'Dispatch Task' OR TRY_CAST(arg_graph_node_id AS BIGINT) > 0) AS graph_replay,
+               TRY_CAST(arg_graph_id AS BIGINT) AS graph_id,
+               TRY_CAST(arg_graph_node_id AS BIGINT) AS graph_node_id,
+               TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id
+        FROM _kineto_events WHERE ph = 'X' AND cat = 'kernel'
+        """
+    )
+    db.add_short_names(con, "_stage_kernels")
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _stage_memops AS
+        WITH launches AS (
+            SELECT correlation_id, any_value(pid) AS pid FROM _stage_api_calls
+            WHERE correlation_id IS NOT NULL GROUP BY correlation_id
+        ),
+        m AS (
+            SELECT CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind, name, {times},
+                   coalesce(regexp_extract(name, '^Memcpy (\\S+)', 1), arg_kind) AS copy_kind,
+                   regexp_extract(name, '\\((.+) -> ', 1) AS src_kind,
+                   coalesce(regexp_extract(name, '-> (.+)\\)$', 1), regexp_extract(name, '^Memset \\((.+)\\)$', 1)) AS dst_kind,
+                   TRY_CAST(coalesce(arg_bytes, arg_size) AS BIGINT) AS bytes,
+                   coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(json_extract_string(pid, '$') AS INTEGER)) AS device_id,
+                   TRY_CAST(arg_stream AS BIGINT) AS stream_id,
+                   TRY_CAST(arg_correlation AS BIGINT) AS correlation_id
+            FROM _kineto_events WHERE ph = 'X' AND cat IN ('gpu_memcpy', 'gpu_memset')
+        )
+        SELECT {rank} AS rank, m.kind,
+               CASE WHEN m.kind = 'memcpy' THEN nullif(m.copy_kind, '') END AS copy_kind, m.bytes,
+               nullif(m.src_kind, '') AS src_kind, nullif(m.dst_kind, '') AS dst_kind,
+               m.device_id, m.stream_id, l.pid, m.start_ns, m.end_ns, m.correlation_id, m.name
+        FROM m LEFT JOIN launches l USING (correlation_id)
+        """
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _stage_ranges AS
+        SELECT {rank} AS rank, {host_ids}, coalesce(name, '') AS name,
+               CASE WHEN cat = 'user_annotation' AND name GLOB 'ProfilerStep#*' THEN 'profiler_step' ELSE cat END AS kind,
+               NULL::VARCHAR AS domain, {times},
+               TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id,
+               arg_input_dims AS input_dims, arg_input_types AS input_types,
+               TRY_CAST(arg_flops AS DOUBLE) AS flops
+        FROM _kineto_events WHERE ph = 'X' AND cat IN {RANGE_CATEGORIES}
+        """
+    )
+
+
+def _add_diagnostics(con: duckdb.DuckDBPyConnection, rank: int) -> None:
+    counts = dict(con.execute("SELECT cat, count(*) FROM _kineto_events GROUP BY cat").fetchall())
+    if not counts.get("kernel"):
+        if counts.get("cuda_profiler_range"):
+            message = (f"trace holds {counts['cuda_profiler_range']} CUPTI range-profiler events "
+                       "instead of kernel events: kernel timing was not recorded")
+        else:
+            message = "trace has no GPU kernel events: CPU-only run, or CUDA activity tracing was off"
+        db.add_diagnostic(con, rank, "ingest", "warning", "no_kernels", message)
+    negative = con.execute("SELECT count(*) FROM _kineto_events WHERE dur < 0").fetchone()[0]
+    if negative:
+        db.add_diagnostic(con, rank, "ingest", "warning", "negative_durations",
+                          f"{negative} events have negative durations; they are treated as instants")
+

@@ -1,0 +1,246 @@
+"""The DuckDB database behind a trace: schema creation and the format-independent load steps.
+
+Readers stage their rows in temporary tables named `_stage_<table>` with the contract columns
+(ids, depth and launch links left out); the functions here finish them the same way for every
+format, so ids, range nesting and kernel-to-launch links never differ between nsys and Kineto.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+CONTRACT_TABLES = ("trace_info", "devices", "kernels", "memops", "api_calls", "ranges", "diagnostics")
+
+
+def schema_sql() -> str:
+    return resources.files("traceview.model").joinpath("schema.sql").read_text()
+
+
+def create_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(schema_sql())
+
+
+def add_diagnostic(
+    con: duckdb.DuckDBPyConnection, rank: int, source: str, severity: str, code: str, message: str
+) -> None:
+    con.execute(
+        "INSERT INTO diagnostics VALUES (?, ?, ?, ?, ?, NULL)", [rank, source, severity, code, message]
+    )
+
+
+def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
+    """Move staged API calls into api_calls, naming them without the nsys `_vNNNN` suffix.
+
+    Only suffixes of four or more digits are CUDA-version tags; `cudaStreamGetCaptureInfo_v2` is
+    the API's own name and keeps its `_v2`.
+    """
+    con.execute(
+        r"""
+        INSERT INTO api_calls
+        SELECT rank,
+               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, correlation_id) - 1,
+               pid, tid, clean_name, api, start_ns, end_ns, end_ns - start_ns, correlation_id,
+               (clean_name GLOB '*Launch*' AND NOT clean_name GLOB '*LaunchHostFunc*'),
+               (clean_name GLOB '*Synchronize*'
+                 OR (clean_name GLOB '*Memcpy*' AND NOT clean_name GLOB '*Async*')),
+               external_id
+        FROM (SELECT *, regexp_replace(name, '_v[0-9]{4,}$', '') AS clean_name FROM _stage_api_calls)
+        """
+    )
+
+
+def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
+    """Move staged kernels into kernels, each linked to its launch call.
+
+    Correlation ids repeat across processes, so nsys links on (pid, correlation id); a Kineto file
+    holds one process whose kernels carry the GPU's pid, so there the link is on correlation id
+    alone and the launching process's pid replaces the GPU pid.
+    """
+    pid_match = "AND a.pid = k.pid" if match_pid else ""
+    con.execute(
+        f"""
+        INSERT INTO kernels
+        WITH launches AS (
+            SELECT rank, pid, tid, name, correlation_id FROM api_calls
+            WHERE correlation_id IS NOT NULL AND is_launch
+            QUALIFY row_number() OVER (PARTITION BY rank, pid, correlation_id ORDER BY start_ns) = 1
+        )
+        SELECT k.rank,
+               row_number() OVER (PARTITION BY k.rank ORDER BY k.start_ns, k.end_ns, k.stream_id, k.correlation_id) - 1,
+               k.device_id, k.stream_id, coalesce(a.pid, k.pid), a.tid,
+               k.start_ns, k.end_ns, k.end_ns - k.start_ns, k.name, k.short_name,
+               k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z,
+               k.registers_per_thread, k.shared_memory_bytes, k.correlation_id,
+               CASE WHEN a.name GLOB '*GraphLaunch*' OR k.graph_replay THEN 'graph' ELSE 'eager' END,
+               a.name, k.graph_id, k.graph_node_id, k.external_id
+        FROM _stage_kernels k
+        LEFT JOIN launches a
+          ON a.rank = k.rank AND a.correlation_id = k.correlation_id {pid_match}
+        """
+    )
+
+
+def finish_memops(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(
+        """
+        INSERT INTO memops
+        SELECT rank,
+               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, stream_id, correlation_id) - 1,
+               kind, copy_kind, bytes, src_kind, dst_kind, device_id, stream_id, pid,
+               start_ns, end_ns, end_ns - start_ns, correlation_id, name
+        FROM _stage_memops
+        """
+    )
+
+
+def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
+    """Move staged ranges into ranges with their nesting depth, computed as a running count.
+
+    Each range opens (+1) at its start and closes (-1) at its end; the depth of a range is the
+    number of ranges of its kind open on its thread just before it opens. Ends sort before
+    starts at the same instant (back-to-back ranges are siblings), a zero-length range closes
+    after it opens, and of two ranges opening together the longer one is the parent.
+    """
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _ranges_numbered AS
+        SELECT *, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC, kind, name) - 1 AS range_id
+        FROM _stage_ranges
+        """
+    )
+    con.execute(
+        """
+        INSERT INTO ranges
+        WITH edges AS (
+            SELECT rank, range_id, pid, tid, kind, start_ns AS t, 1 AS delta, 1 AS ord, -end_ns AS tie
+            FROM _ranges_numbered
+            UNION ALL
+            SELECT rank, range_id, pid, tid, kind, end_ns, -1, CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, 0
+            FROM _ranges_numbered
+        ),
+        depths AS (
+            SELECT rank, range_id,
+                   sum(delta) OVER (PARTITION BY rank, pid, tid, kind
+                                    ORDER BY t, ord, tie, range_id ROWS UNBOUNDED PRECEDING) - 1 AS depth
+            FROM edges
+            QUALIFY delta = 1
+        )
+        SELECT r.rank, r.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
+               r.end_ns - r.start_ns, d.depth, r.external_id, r.input_dims, r.input_types, r.flops
+        FROM _ranges_numbered r JOIN depths d USING (rank, range_id)
+        ORDER BY r.rank, r.range_id
+        """
+    )
+    con.execute("DROP TABLE _ranges_numbered")
+
+
+def finish_trace_span(con: duckdb.DuckDBPyConnection, rank: int) -> None:
+    """Record the rank's time span over every timed table."""
+    con.execute(
+        """
+        UPDATE trace_info SET start_ns = s.lo, end_ns = s.hi
+        FROM (
+            SELECT min(lo) AS lo, max(hi) AS hi FROM (
+                SELECT min(start_ns) lo, max(end_ns) hi FROM kernels WHERE rank = $rank
+                UNION ALL SELECT min(start_ns), max(end_ns) FROM memops WHERE rank = $rank
+                UNION ALL SELECT min(start_ns), max(end_ns) FROM api_calls WHERE rank = $rank
+                UNION ALL SELECT min(start_ns), max(end_ns) FROM ranges WHERE rank = $rank
+            )
+        ) s
+        WHERE trace_info.rank = $rank
+        """,
+        {"rank": rank},
+    )
+
+
+def drop_stages(con: duckdb.DuckDBPyConnection) -> None:
+    for table in ("api_calls", "kernels", "memops", "ranges"):
+        con.execute(f"DROP TABLE IF EXISTS _stage_{table}")
+
+
+def finish_stages(con: duckdb.DuckDBPyConnection, rank: int, *, match_pid: bool) -> None:
+    """Run every format-independent load step for one rank, then drop the stages."""
+    finish_api_calls(con)
+    finish_kernels(con, match_pid=match_pid)
+    finish_memops(con)
+    finish_ranges(con)
+    unmatched = con.execute(
+        "SELECT count(*) FROM kernels WHERE rank = ? AND launch_api IS NULL", [rank]
+    ).fetchone()[0]
+    if unmatched:
+        add_diagnostic(
+            con, rank, "ingest", "warning", "unmatched_kernels",
+            f"{unmatched} kernels have no matching launch call in the trace (tid and launch_api are NULL)",
+        )
+    finish_trace_span(con, rank)
+    drop_stages(con)
+
+
+_TEMPLATE_OR_PARAMS = {")": "(", ">": "<"}
+
+
+def _strip_balanced_suffix(name: str, close: str) -> str:
+    """Drop a trailing balanced `(...)` or `<...>` group."""
+    if not name.endswith(close):
+        return name
+    opener, depth = _TEMPLATE_OR_PARAMS[close], 0
+    for i in range(len(name) - 1, -1, -1):
+        if name[i] == close:
+            depth += 1
+        elif name[i] == opener:
+            depth -= 1
+            if depth == 0:
+                return name[:i].rstrip()
+    return name
+
+
+def _split_top_level(name: str, sep: str) -> list[str]:
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(name):
+        ch = name[i]
+        if ch in "<([{":
+            depth += 1
+        elif ch in ">)]}":
+            depth -= 1
+        elif depth == 0 and name.startswith(sep, i):
+            parts.append(name[start:i])
+            start = i + len(sep)
+            i += len(sep)
+            continue
+        i += 1
+    parts.append(name[start:])
+    return parts
+
+
+def short_kernel_name(name: str) -> str:
+    """The base function name of a demangled kernel name, as nsys's shortName gives it.
+
+    `void at::native::vectorized_elementwise_kernel<4, ...>(int, ...)` becomes
+    `vectorized_elementwise_kernel`; names that are already short stay as they are.
+    """
+    if not name:
+        return name
+    base = name.strip()
+    for close in (")", ">", ")", ">"):
+        base = _strip_balanced_suffix(base, close)
+    base = _split_top_level(base, "::")[-1].strip()
+    words = _split_top_level(base, " ")
+    base = words[-1] if words else base
+    return base or name
+
+
+def add_short_names(con: duckdb.DuckDBPyConnection, stage: str) -> None:
+    """Fill short_name of a staged kernel table from its distinct names (one Python call per name, not per event)."""
+    names = [row[0] for row in con.execute(f"SELECT DISTINCT name FROM {stage} WHERE short_name IS NULL").fetchall()]
+    if not names:
+        return
+    table = pa.table({"name": names, "short_name": [short_kernel_name(n or "") for n in names]})
+    con.register("_short_names", table)
+    con.execute(
+        f"UPDATE {stage} SET short_name = s.short_name FROM _short_names s "
+        f"WHERE {stage}.short_name IS NULL AND {stage}.name = s.name"
+    )
+    con.unregister("_short_names")
