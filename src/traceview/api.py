@@ -39,8 +39,9 @@ class Trace:
         return relation.pl() if relation is not None else pl.DataFrame()
 
     def scalar(self, query: str, params: list | dict | None = None):
-        row = self.con.execute(query, params).fetchone()
-        return row[0] if row else None
+        """First value of the first row (DuckDB needs every result fetched to the end)."""
+        rows = self.con.execute(query, params).fetchall()
+        return rows[0][0] if rows else None
 
     def save(self, target: Path) -> None:
         """Persist the schema tables to a DuckDB file, written beside and renamed into place."""
@@ -86,7 +87,7 @@ def load(path: str | os.PathLike) -> Trace:
         except duckdb.Error as exc:
             raise TraceviewError(f"{source}: cannot open DuckDB database ({exc})") from None
         missing = [t for t in db.CONTRACT_TABLES if not con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [t]).fetchone()[0]]
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [t]).fetchall()[0][0]]
         if missing:
             con.close()
             raise TraceviewError(f"{source}: DuckDB file is not a traceview database (missing {', '.join(missing)})")

@@ -67,7 +67,7 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection) -> None:
         for index, file in enumerate(files):
             default = _rank_from_name(file)
             rank = reader_for(file).read(file, con, index if default is None else default)
-            taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchone()[0]
+            taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchall()[0][0]
             if taken > 1:
                 raise TraceviewError(f"{file}: rank {rank} is claimed by two traces in {path}")
     else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import tempfile
 import zlib
 from pathlib import Path
@@ -82,28 +83,53 @@ def _open(path: Path):
     return gzip.open(path, "rb") if gzipped else path.open("rb")
 
 
-def _object_tail_start(tail: bytes) -> int | None:
-    """Offset in `tail` just past the `]` that closes traceEvents, or None when the array never closes."""
+_DECODER = json.JSONDecoder()
+_WHITESPACE = re.compile(r"\s*")
+_CLOSE_AT_END = re.compile(r"\s*\}\s*\Z")
+_MEMBER_AFTER_ARRAY = re.compile(rb"\s*(,\s*\"|\}\s*\Z)")
+
+
+def _object_rest(text: str, i: int) -> dict | None:
+    """Parse `, "key": value, ... }` from text[i:] to the end; None when text[i:] is not exactly that.
+
+    Uses raw_decode at an offset, so a wrong candidate fails after one value without copying.
+    """
+    members = {}
+    while True:
+        if _CLOSE_AT_END.match(text, i):
+            return members
+        i = _WHITESPACE.match(text, i).end()
+        if text[i : i + 1] != ",":
+            return None
+        try:
+            key, i = _DECODER.raw_decode(text, _WHITESPACE.match(text, i + 1).end())
+            i = _WHITESPACE.match(text, i).end()
+            if not isinstance(key, str) or text[i : i + 1] != ":":
+                return None
+            members[key], i = _DECODER.raw_decode(text, _WHITESPACE.match(text, i + 1).end())
+        except ValueError:
+            return None
+
+
+def _split_tail(tail: bytes) -> tuple[int, dict] | None:
+    """Find the `]` closing traceEvents in the last bytes of the file: the leftmost `]` after which
+    the rest is a valid end of the top-level object (other lists may follow traceEvents)."""
+    found = None
+    text = tail.decode("latin-1")
     pos = len(tail)
     while (pos := tail.rfind(b"]", 0, pos)) >= 0:
-        rest = tail[pos + 1 :].decode("utf-8", "replace").strip()
-        if rest.startswith(",") or rest.startswith("}"):
-            try:
-                json.loads('{"_": 0' + rest if rest.startswith(",") else "{}")
-                return pos + 1
-            except json.JSONDecodeError:
-                pass
-    return None
+        if _MEMBER_AFTER_ARRAY.match(tail, pos + 1) and _object_rest(text, pos + 1) is not None:
+            found = pos + 1
+    if found is None:
+        return None
+    return found, _object_rest(tail[found:].decode("utf-8", "replace"), 0)
 
 
-def _metadata(head: bytes, rest: bytes, path: Path) -> dict:
-    """Parse the top-level keys around the event array (everything but traceEvents)."""
-    before = head.decode("utf-8", "replace").rstrip().rstrip(",")
-    after = rest.decode("utf-8", "replace").strip()
-    if before.endswith("{") and after.startswith(","):
-        after = after[1:]
+def _head_metadata(head: bytes, path: Path) -> dict:
+    """Parse the top-level keys written before traceEvents."""
+    text = head.decode("utf-8", "replace").rstrip().rstrip(",") + "}"
     try:
-        value = json.loads(before + after)
+        value = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TraceviewError(f"{path}: invalid JSON in the trace metadata ({exc.msg})") from None
     return value if isinstance(value, dict) else {}
@@ -136,11 +162,12 @@ def extract_events(path: Path, events_file: Path) -> dict:
                 raise TraceviewError(f"{path}: not a PyTorch profiler trace (no traceEvents array)")
             if top_level_list:
                 return {}
-            end = _object_tail_start(tail)
-            if end is None:
+            split = _split_tail(tail)
+            if split is None:
                 raise TraceviewError(f"{path}: truncated trace: the traceEvents array is never closed")
+            end, tail_metadata = split
             dst.truncate(dst.tell() - (len(tail) - end))
-            return _metadata(bytes(head), tail[end:], path)
+            return {**_head_metadata(bytes(head), path), **tail_metadata}
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceviewError(f"{path}: damaged gzip stream ({exc})") from None
 
@@ -195,7 +222,7 @@ def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) 
 
 
 def _insert_trace_info(con, path: Path, meta: dict, rank: int, base_ns: int, world_size: int | None) -> None:
-    first_ts = con.execute("SELECT min(ts) FROM _kineto_events WHERE ts > 0").fetchone()[0]
+    first_ts = con.execute("SELECT min(ts) FROM _kineto_events WHERE ts > 0").fetchall()[0][0]
     if base_ns or (first_ts is not None and first_ts > EPOCH_2001_US):
         time_base, origin = "unix_epoch", 0
     else:
@@ -224,7 +251,7 @@ def _insert_devices(con, meta: dict, rank: int) -> None:
             _int_or_none(dev.get("computeMinor")),
             _int_or_none(dev.get("warpSize")),
         ])
-    con.executemany("INSERT INTO devices VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL, ?)", rows)
+    db.insert_rows(con, "devices", [[*row[:7], None, None, None, row[7]] for row in rows])
 
 
 def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> None:
@@ -318,7 +345,7 @@ def _add_diagnostics(con: duckdb.DuckDBPyConnection, rank: int) -> None:
         else:
             message = "trace has no GPU kernel events: CPU-only run, or CUDA activity tracing was off"
         db.add_diagnostic(con, rank, "ingest", "warning", "no_kernels", message)
-    negative = con.execute("SELECT count(*) FROM _kineto_events WHERE dur < 0").fetchone()[0]
+    negative = con.execute("SELECT count(*) FROM _kineto_events WHERE dur < 0").fetchall()[0][0]
     if negative:
         db.add_diagnostic(con, rank, "ingest", "warning", "negative_durations",
                           f"{negative} events have negative durations; they are treated as instants")

@@ -132,7 +132,7 @@ def _read_trace_info(path: Path, con: duckdb.DuckDBPyConnection, export: Export,
         origin = row[0] if row else None
     world_size = None
     if export.has("MPI_RANKS", "rank"):
-        world_size = export.conn.execute("SELECT count(DISTINCT rank) FROM MPI_RANKS").fetchone()[0] or None
+        world_size = export.conn.execute("SELECT count(DISTINCT rank) FROM MPI_RANKS").fetchall()[0][0] or None
     con.execute(
         "INSERT INTO trace_info VALUES (?, 'nsys', 'nsys', ?, ?, ?, ?, ?, 'session', ?, NULL, NULL)",
         [
@@ -161,10 +161,7 @@ def _read_devices(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
                    {export.col(table, 'threadsPerWarp')}
             FROM {table} t ORDER BY 1"""
     ).fetchall()
-    con.executemany(
-        "INSERT INTO devices VALUES (?, ?, trim(coalesce(?, '')), ?, ?, ?, ?, ?, ?, ?, ?)",
-        [[rank, *row] for row in rows],
-    )
+    db.insert_rows(con, "devices", [[rank, row[0], (row[1] or "").strip(), *row[2:]] for row in rows])
 
 
 def _read_api_calls(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
@@ -172,7 +169,7 @@ def _read_api_calls(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -
     schema = _schema(start=I64, end=I64, event_class=I64, global_tid=I64, correlation_id=I64, name=STR)
     if export.has(table, "start", "end", "nameId"):
         sql = f"""SELECT t.start, t."end", {export.col(table, 'eventClass', 'event_class')},
-                         t.globalTid, t.correlationId, s.value
+                         {export.col(table, 'globalTid')}, {export.col(table, 'correlationId')}, s.value
                   FROM {table} t LEFT JOIN StringIds s ON s.id = t.nameId"""
     else:
         sql = "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0"
@@ -199,8 +196,10 @@ def _read_kernels(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
     )
     if export.has(table, "start", "end", "demangledName"):
         sql = f"""
-            SELECT t.start, t."end", t.deviceId, t.streamId, t.correlationId, t.globalPid,
-                   d.value, s.value, t.gridX, t.gridY, t.gridZ, t.blockX, t.blockY, t.blockZ,
+            SELECT t.start, t."end", {', '.join(export.col(table, c) for c in (
+                       'deviceId', 'streamId', 'correlationId', 'globalPid'))},
+                   d.value, s.value,
+                   {', '.join(export.col(table, c) for c in ('gridX', 'gridY', 'gridZ', 'blockX', 'blockY', 'blockZ'))},
                    {export.col(table, 'registersPerThread')}, {export.col(table, 'staticSharedMemory')},
                    {export.col(table, 'dynamicSharedMemory')}, {export.col(table, 'graphNodeId')},
                    {export.col(table, 'graphId')}
@@ -228,6 +227,10 @@ def _read_kernels(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
     db.add_short_names(con, "_stage_kernels")
 
 
+def _common_gpu_columns(export: Export, table: str) -> str:
+    return ", ".join(export.col(table, c) for c in ("deviceId", "streamId", "correlationId", "globalPid"))
+
+
 def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
     schema = _schema(
         kind=STR, start=I64, end=I64, device_id=I64, stream_id=I64, correlation_id=I64, global_pid=I64,
@@ -237,13 +240,13 @@ def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
     memcpy, memset = "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
     if export.has(memcpy, "start", "end"):
         parts.append(
-            f"""SELECT 'memcpy', t.start, t."end", t.deviceId, t.streamId, t.correlationId, t.globalPid,
+            f"""SELECT 'memcpy', t.start, t."end", {_common_gpu_columns(export, memcpy)},
                        {export.col(memcpy, 'bytes')}, {export.col(memcpy, 'copyKind')},
                        {export.col(memcpy, 'srcKind')}, {export.col(memcpy, 'dstKind')} FROM {memcpy} t"""
         )
     if export.has(memset, "start", "end"):
         parts.append(
-            f"""SELECT 'memset', t.start, t."end", t.deviceId, t.streamId, t.correlationId, t.globalPid,
+            f"""SELECT 'memset', t.start, t."end", {_common_gpu_columns(export, memset)},
                        {export.col(memset, 'bytes')}, NULL, NULL, {export.col(memset, 'memKind')} FROM {memset} t"""
         )
     sql = " UNION ALL ".join(parts) if parts else "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0"
@@ -285,7 +288,7 @@ def _read_ranges(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
     _stage(con, export, "_nsys_nvtx", sql, schema)
     open_ranges = con.execute(
         f"SELECT count(*) FROM _nsys_nvtx WHERE event_type IN {NVTX_RANGE_TYPES} AND \"end\" IS NULL"
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if open_ranges:
         db.add_diagnostic(con, rank, "ingest", "info", "open_nvtx_ranges",
                           f"{open_ranges} NVTX ranges were still open when the capture ended; they end at the last event")
@@ -322,7 +325,7 @@ def _read_diagnostics(con: duckdb.DuckDBPyConnection, export: Export, rank: int)
     severity = "t.severity" if export.has(table, "severity") else "NULL"
     timestamp = "t.timestamp" if export.has(table, "timestamp") else "NULL"
     rows = export.conn.execute(f"SELECT {timestamp}, {severity}, t.text FROM {table} t").fetchall()
-    con.executemany(
-        "INSERT INTO diagnostics VALUES (?, 'capture', ?, 'diagnostic_event', ?, ?)",
-        [[rank, DIAGNOSTIC_SEVERITIES.get(sev, "info"), " ".join(str(text).split()), ts] for ts, sev, text in rows],
-    )
+    db.insert_rows(con, "diagnostics", [
+        [rank, "capture", DIAGNOSTIC_SEVERITIES.get(sev, "info"), "diagnostic_event", " ".join(str(text).split()), ts]
+        for ts, sev, text in rows
+    ])

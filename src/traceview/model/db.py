@@ -23,6 +23,12 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(schema_sql())
 
 
+def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) -> None:
+    """Insert small metadata rows (devices, diagnostics); never used for events."""
+    if rows:
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+
 def add_diagnostic(
     con: duckdb.DuckDBPyConnection, rank: int, source: str, severity: str, code: str, message: str
 ) -> None:
@@ -169,7 +175,7 @@ def finish_stages(con: duckdb.DuckDBPyConnection, rank: int, *, match_pid: bool)
     finish_ranges(con)
     unmatched = con.execute(
         "SELECT count(*) FROM kernels WHERE rank = ? AND launch_api IS NULL", [rank]
-    ).fetchone()[0]
+    ).fetchall()[0][0]
     if unmatched:
         add_diagnostic(
             con, rank, "ingest", "warning", "unmatched_kernels",

@@ -1,0 +1,186 @@
+"""The `traceview` command line: parse arguments, call the API, print results. No analysis here."""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+import duckdb
+import polars as pl
+
+from traceview import api
+from traceview.errors import TraceviewError
+from traceview.model import db
+
+TRACE_HELP = "An nsys .sqlite export, a PyTorch profiler .json/.json.gz, a directory of per-rank traces, or a .duckdb from `traceview ingest`."
+READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
+
+
+def _trace_argument(func):
+    return click.argument("trace", type=click.Path(path_type=Path))(func)
+
+
+def _json_default(value):
+    return str(value)
+
+
+def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
+    if fmt == "csv":
+        click.echo(frame.write_csv(), nl=False)
+    elif fmt == "json":
+        click.echo(json.dumps(frame.to_dicts(), default=_json_default, indent=1))
+    else:
+        with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=120, tbl_width_chars=200,
+                       tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+            click.echo(str(frame))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="traceview")
+@click.option("--debug", is_flag=True, help="Show the full traceback when something fails.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Turn GPU profiler traces into answers.
+
+    Reads Nsight Systems SQLite exports and PyTorch profiler (Kineto) traces into one DuckDB schema
+    (docs/schema.md).
+
+    \b
+    Example:
+      traceview info run.sqlite
+    """
+    ctx.obj = {"debug": debug}
+
+
+@cli.command()
+@_trace_argument
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def info(trace: Path, fmt: str) -> None:
+    """Describe TRACE: format, producer version, GPUs, time span, rows per table, diagnostics.
+
+    \b
+    Example:
+      traceview info trace.pt.trace.json.gz
+    """
+    with api.load(trace) as loaded:
+        summary = trace_summary(loaded)
+    if fmt == "json":
+        click.echo(json.dumps(summary, default=_json_default, indent=1))
+        return
+    for source in summary["traces"]:
+        click.echo(f"trace      {source['file']}")
+        version = source["producer_version"] or "unknown version"
+        click.echo(f"format     {source['source_format']} ({source['producer']} {version})"
+                   + (f", schema {source['schema_version']}" if source["schema_version"] else ""))
+        rank = f"rank {source['rank']}" + (f" of {source['world_size']}" if source["world_size"] else "")
+        click.echo(f"rank       {rank}")
+        span = source["span_ns"]
+        click.echo(f"span       {span / 1e6:.3f} ms" if span is not None else "span       no timed events")
+    for gpu in summary["devices"]:
+        memory = f", {gpu['memory_bytes'] / 2**30:.0f} GiB" if gpu["memory_bytes"] else ""
+        sms = f", {gpu['sm_count']} SMs" if gpu["sm_count"] else ""
+        cc = f", cc {gpu['compute_major']}.{gpu['compute_minor']}" if gpu["compute_major"] is not None else ""
+        click.echo(f"gpu        [{gpu['rank']}:{gpu['device_id']}] {gpu['name'] or '(no name)'}{sms}{memory}{cc}")
+    if not summary["devices"]:
+        click.echo("gpu        none described in the trace")
+    click.echo("rows       " + ", ".join(f"{table} {count:,}" for table, count in summary["rows"].items()))
+    click.echo(f"kernels    {summary['kernels']['graph']:,} graph-launched, {summary['kernels']['eager']:,} eager")
+    for diag in summary["diagnostics"]:
+        click.echo(f"{diag['severity']:<10} [{diag['code']}] {diag['message']}")
+
+
+def trace_summary(trace: api.Trace) -> dict:
+    """What `info` reports, as plain data."""
+    traces = trace.sql(
+        "SELECT *, end_ns - start_ns AS span_ns FROM trace_info ORDER BY rank"
+    ).to_dicts()
+    devices = trace.sql("SELECT * FROM devices ORDER BY rank, device_id").to_dicts()
+    rows = {table: trace.scalar(f"SELECT count(*) FROM {table}") for table in db.CONTRACT_TABLES if table != "trace_info"}
+    kinds = dict(trace.con.execute("SELECT launch_kind, count(*) FROM kernels GROUP BY ALL").fetchall())
+    diagnostics = trace.sql(
+        "SELECT rank, source, severity, code, message FROM diagnostics "
+        "ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rank, timestamp_ns NULLS FIRST"
+    ).to_dicts()
+    return {
+        "traces": traces,
+        "devices": devices,
+        "rows": rows,
+        "kernels": {"graph": kinds.get("graph", 0), "eager": kinds.get("eager", 0)},
+        "diagnostics": diagnostics,
+    }
+
+
+@cli.command()
+@_trace_argument
+@click.argument("sql")
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+def query(trace: Path, sql: str, fmt: str) -> None:
+    """Run a read-only SQL query over TRACE's tables (see docs/schema.md).
+
+    \b
+    Example:
+      traceview query run.sqlite "SELECT launch_kind, count(*) FROM kernels GROUP BY ALL"
+    """
+    with api.load(trace) as loaded:
+        try:
+            statements = loaded.con.extract_statements(sql)
+        except duckdb.Error as exc:
+            raise TraceviewError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        if not statements:
+            raise TraceviewError("SQL error: empty query")
+        for statement in statements:
+            if statement.type.name not in READ_ONLY_STATEMENTS:
+                raise TraceviewError(f"query is read-only: {statement.type.name} statements are not allowed")
+        try:
+            frame = loaded.sql(sql)
+        except duckdb.Error as exc:
+            raise TraceviewError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    _print_frame(frame, fmt)
+
+
+@cli.command()
+@_trace_argument
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="DuckDB file to write; later commands accept it as TRACE.")
+def ingest(trace: Path, output: Path) -> None:
+    """Ingest TRACE once and save it as a DuckDB database for fast reuse.
+
+    \b
+    Example:
+      traceview ingest run.sqlite -o run.duckdb && traceview info run.duckdb
+    """
+    if not output.parent.exists():
+        raise TraceviewError(f"{output}: directory {output.parent} does not exist")
+    with api.load(trace) as loaded:
+        try:
+            loaded.save(output)
+        except (OSError, duckdb.Error) as exc:
+            raise TraceviewError(f"{output}: cannot write ({exc})") from None
+        kernels = loaded.scalar("SELECT count(*) FROM kernels")
+    click.echo(f"wrote {output} ({kernels:,} kernels)", err=True)
+
+
+def main() -> None:
+    """Entry point: every failure is one line on stderr and exit code 2; `--debug` shows the traceback."""
+    debug = "--debug" in sys.argv[1:]
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("traceview: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        if debug and isinstance(exc, TraceviewError):
+            traceback.print_exc()
+        click.echo(f"traceview: {exc.format_message()}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
+        if debug:
+            traceback.print_exc()
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        click.echo(f"traceview: unexpected error: {message} (rerun with --debug for the traceback)", err=True)
+        sys.exit(2)
