@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -24,6 +25,9 @@ def _trace_argument(func):
 
 
 def _json_default(value):
+    """JSON for DuckDB values json cannot encode: exact integers stay numbers (sums come back as DECIMAL)."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
     return str(value)
 
 

@@ -13,7 +13,7 @@ CREATE TABLE trace_info (
     file VARCHAR,                -- absolute path of the input file
     file_bytes BIGINT,           -- size of the input file in bytes
     world_size INTEGER,          -- ranks in the job as the trace reports it; NULL when unknown
-    time_base VARCHAR,           -- what the *_ns columns count from: 'unix_epoch' or 'session'
+    time_base VARCHAR,           -- what the *_ns columns count from: 'unix_epoch', 'session' (nsys capture session) or 'profiler' (a clock of unknown epoch)
     time_origin_ns BIGINT,       -- Unix epoch ns of time 0 of the time base; NULL when unknown
     start_ns BIGINT,             -- earliest start over kernels, memops, api_calls and ranges
     end_ns BIGINT                -- latest end over kernels, memops, api_calls and ranges

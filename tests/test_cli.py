@@ -1,0 +1,110 @@
+"""The command line as a user meets it: exit codes, one-line errors, no tracebacks."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, requires_shared
+
+NSYS_NO_CUDA = SHARED_TRACES / "nsys" / "amir-ghz__DynamicViT__nsys_profile.sqlite"
+BOLONGCHENG_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite"
+
+
+def traceview(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True, timeout=300
+    )
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, fragment: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceview: ") and fragment in lines[0], result.stderr
+
+
+@requires_shared
+def test_query_counts_graph_and_eager_kernels_on_vllm_h100() -> None:
+    result = traceview("query", VLLM_H100,
+                       "SELECT launch_kind, count(*) AS n FROM kernels GROUP BY ALL ORDER BY 1", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == [{"launch_kind": "eager", "n": 4841}, {"launch_kind": "graph", "n": 8667}]
+
+
+@requires_shared
+def test_query_csv_format() -> None:
+    result = traceview("query", BOLONGCHENG_FWD, "SELECT count(*) AS kernels FROM kernels", "--format", "csv")
+    assert (result.returncode, result.stdout) == (0, "kernels\n632\n")
+
+
+@requires_shared
+@pytest.mark.parametrize("sql", ["DELETE FROM kernels", "CREATE TABLE x AS SELECT 1", "COPY kernels TO 'x.csv'"])
+def test_query_is_read_only(sql: str) -> None:
+    assert_one_line_error(traceview("query", BOLONGCHENG_FWD, sql), "read-only")
+
+
+@requires_shared
+def test_query_sql_error_is_one_line() -> None:
+    assert_one_line_error(traceview("query", BOLONGCHENG_FWD, "SELECT nope FROM kernels"), "SQL error")
+
+
+@requires_shared
+def test_info_reports_missing_cuda_data() -> None:
+    result = traceview("info", NSYS_NO_CUDA)
+    assert result.returncode == 0, result.stderr
+    assert "[no_kernels]" in result.stdout and "kernels 0" in result.stdout
+
+
+@requires_shared
+def test_info_json_for_a_rank_directory() -> None:
+    result = traceview("info", DLRM_DIR, "--format", "json")
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert [t["rank"] for t in summary["traces"]] == list(range(8))
+    assert summary["rows"]["kernels"] == 2104
+
+
+@requires_shared
+def test_ingest_then_reuse_the_duckdb_file(tmp_path: Path) -> None:
+    before = hashlib.sha256(BOLONGCHENG_FWD.read_bytes()).hexdigest()
+    out = tmp_path / "fwd.duckdb"
+    result = traceview("ingest", BOLONGCHENG_FWD, "-o", out)
+    assert result.returncode == 0, result.stderr
+    assert hashlib.sha256(BOLONGCHENG_FWD.read_bytes()).hexdigest() == before
+    again = traceview("query", out, "SELECT count(*) AS n, sum(dur_ns) AS t FROM kernels", "--format", "json")
+    assert json.loads(again.stdout) == [{"n": 632, "t": 43541000}]
+    assert_one_line_error(traceview("query", out, "DROP TABLE kernels"), "read-only")
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_nsys_report_file_asks_for_an_export(tmp_path: Path) -> None:
+    report = tmp_path / "run.nsys-rep"
+    report.write_bytes(b"\x00" * 64)
+    assert_one_line_error(traceview("info", report), "nsys export --type sqlite")
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [(b"", "empty file"), (b"\x89PNG\r\n\x1a\n" + b"\x00" * 64, "not a trace"), (b"hello world\n", "not a trace")],
+)
+def test_files_that_are_not_traces(tmp_path: Path, content: bytes, fragment: str) -> None:
+    path = tmp_path / "input.json"
+    path.write_bytes(content)
+    assert_one_line_error(traceview("info", path), fragment)
+
+
+def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
+    assert_one_line_error(traceview("info", tmp_path / "absent.sqlite"), "no such file")
+    assert_one_line_error(traceview("info", tmp_path), "no trace files")
+
+
+def test_ingest_into_missing_directory(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": []}')
+    assert_one_line_error(traceview("ingest", trace, "-o", tmp_path / "no" / "x.duckdb"), "does not exist")
