@@ -1,0 +1,346 @@
+"""GPU peak specs for the roofline: one TOML file per GPU, plus device-name matching.
+
+The data lives in ``hardware/<id>.toml`` (see any file there for the layout). All
+peaks are dense (no 2:4 sparsity) in TFLOP/s (TOP/s for int8); a dtype missing from
+``peak_tflops`` means the GPU has no such unit or no sourced number for it. Memory
+bandwidth is decimal TB/s; ``memory_bytes`` is the marketed capacity taken as GiB.
+
+Matching a trace's device name (CUDA / NVML / Kineto ``deviceProperties.name`` /
+nsys ``TARGET_INFO_GPU.name``):
+
+* Names and patterns are compared case-insensitively with ``-``, ``_`` and spaces
+  treated alike, and a pattern must match whole words: ``NVIDIA H200`` does not
+  match ``NVIDIA GH200 480GB`` and ``NVIDIA A10`` does not match ``NVIDIA A100-...``.
+* The longest (most specific) matching pattern wins, unless the trace's own
+  properties contradict that GPU (compute capability, SM/CU count, memory within
+  ``MEMORY_TOLERANCE``): that keeps e.g. ``RTX 3060 Laptop GPU`` off the desktop
+  ``RTX 3060``. MIG instances (``... MIG 1g.5gb``) are only checked on compute
+  capability; their peaks are those of the whole GPU, the caller must scale them.
+* With an empty or unknown name, the GPU is picked from (compute capability, SM
+  count, memory), which must both be given, and only when exactly one spec fits.
+  Generic names some drivers report (``AMD Radeon Graphics`` for an MI250 GCD) are
+  listed under ``fallback.names`` and narrow that search.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+__all__ = [
+    "DTYPES",
+    "MEMORY_TOLERANCE",
+    "Fallback",
+    "HardwareSpec",
+    "default_hardware_dir",
+    "get_spec",
+    "load_specs",
+    "match_gpu",
+]
+
+DTYPES = ("fp64", "fp64_tensor", "fp32", "fp32_tensor", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+VENDORS = ("nvidia", "amd")
+MEMORY_TOLERANCE = 0.10  # drivers report 88-100 % of the marketed capacity
+GIB = 2**30
+
+_SOURCED_FIELDS = ("hbm_tbps", "memory_bytes", "sm_count", "boost_clock_mhz", "l2_bytes", "interconnect", "tdp_w")
+_OPTIONAL_FIELDS = ("boost_clock_mhz", "l2_bytes", "interconnect", "tdp_w", "notes")
+_TOP_LEVEL = {"id", "name", "vendor", "architecture", "match", "hbm_tbps", "memory_bytes", "sm_count",
+              "fallback", "peak_tflops", "sources", *_OPTIONAL_FIELDS}
+_ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_VENDOR_WORDS = {"nvidia": "nvidia", "geforce": "nvidia", "tesla": "nvidia", "quadro": "nvidia",
+                 "amd": "amd", "radeon": "amd", "instinct": "amd"}
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Properties that identify the GPU when the trace's device name does not."""
+
+    compute_major: int  # CUDA compute capability; on AMD the gfx IP version (gfx942 -> 9.4)
+    compute_minor: int
+    sm_count: int  # SMs, or compute units on AMD (per device as a trace sees it)
+    memory_gib: float
+    names: tuple[str, ...] = ()  # generic names trusted only when the properties agree
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    id: str
+    name: str
+    vendor: str
+    architecture: str
+    match: tuple[str, ...]
+    peak_tflops: dict[str, float]
+    hbm_tbps: float
+    memory_bytes: int
+    sm_count: int
+    boost_clock_mhz: int | None
+    l2_bytes: int | None
+    interconnect: str | None
+    sources: dict[str, str]  # "hbm_tbps", "peak_tflops.bf16", ... -> where the number comes from
+    fallback: Fallback
+    tdp_w: int | None = None
+    notes: str | None = None
+
+    def peak_flops(self, dtype: str) -> float | None:
+        """Dense peak in FLOP/s (OP/s for int8), or None if this GPU has no such number."""
+        tflops = self.peak_tflops.get(dtype)
+        return None if tflops is None else tflops * 1e12
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return self.hbm_tbps * 1e12
+
+    def ridge(self, dtype: str = "bf16") -> float | None:
+        """Roofline ridge point in FLOP per byte of DRAM traffic."""
+        peak = self.peak_flops(dtype)
+        return None if peak is None else peak / self.hbm_bytes_per_s
+
+
+# ----------------------------------------------------------------------------- loading
+
+
+def default_hardware_dir() -> Path:
+    """``hardware/`` of the source tree, else the copy shipped inside the package."""
+    here = Path(__file__).resolve()
+    repo_dir = here.parents[3] / "hardware"
+    if repo_dir.is_dir():
+        return repo_dir
+    return here.parents[1] / "hardware"  # traceview/hardware/ in an installed wheel
+
+
+def load_specs(directory: str | Path | None = None) -> list[HardwareSpec]:
+    """Load and validate every ``*.toml`` in ``directory`` (default: :func:`default_hardware_dir`)."""
+    path = Path(directory) if directory is not None else default_hardware_dir()
+    return list(_load_dir(str(path.resolve())))
+
+
+@lru_cache(maxsize=8)
+def _load_dir(directory: str) -> tuple[HardwareSpec, ...]:
+    files = sorted(Path(directory).glob("*.toml"))
+    if not files:
+        raise ValueError(f"{directory}: no GPU spec files (*.toml) found")
+    specs = tuple(_load_file(f) for f in files)
+    seen: dict[str, str] = {}
+    for spec in specs:
+        for pattern in spec.match:
+            key = _norm(pattern)
+            if key in seen:
+                raise ValueError(
+                    f"hardware/{spec.id}.toml: match: {pattern!r} is also a match string of {seen[key]!r}"
+                )
+            seen[key] = spec.id
+    return specs
+
+
+def _load_file(path: Path) -> HardwareSpec:
+    where = f"{path.parent.name}/{path.name}"
+
+    def fail(field: str, message: str) -> ValueError:
+        return ValueError(f"{where}: {field}: {message}")
+
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{where}: invalid TOML: {exc}") from exc
+
+    for key in data:
+        if key not in _TOP_LEVEL:
+            raise fail(key, "unknown field")
+
+    def get(table: dict[str, Any], key: str, kind: type | tuple[type, ...], prefix: str = "", *, optional=False):
+        field = prefix + key
+        if key not in table:
+            if optional:
+                return None
+            raise fail(field, "missing")
+        value = table[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise fail(field, f"expected {_kind_name(kind)}, got {value!r}")
+        if isinstance(value, (int, float)) and value <= 0 and field != "fallback.compute_minor":
+            raise fail(field, f"must be positive, got {value!r}")
+        if isinstance(value, str) and not value.strip():
+            raise fail(field, "must not be empty")
+        return value
+
+    spec_id = get(data, "id", str)
+    if spec_id != path.stem:
+        raise fail("id", f"{spec_id!r} must equal the file name {path.stem!r}")
+    if not _ID_RE.match(spec_id):
+        raise fail("id", f"{spec_id!r} is not kebab-case")
+    vendor = get(data, "vendor", str)
+    if vendor not in VENDORS:
+        raise fail("vendor", f"must be one of {VENDORS}, got {vendor!r}")
+    match = _str_list(get(data, "match", list), "match", fail)
+    if not match:
+        raise fail("match", "must list at least one device name")
+
+    fb_table = get(data, "fallback", dict)
+    for key in fb_table:
+        if key not in ("compute_major", "compute_minor", "sm_count", "memory_gib", "names"):
+            raise fail(f"fallback.{key}", "unknown field")
+    fallback = Fallback(
+        compute_major=get(fb_table, "compute_major", int, "fallback."),
+        compute_minor=get(fb_table, "compute_minor", int, "fallback."),
+        sm_count=get(fb_table, "sm_count", int, "fallback."),
+        memory_gib=get(fb_table, "memory_gib", (int, float), "fallback."),
+        names=_str_list(get(fb_table, "names", list, "fallback.", optional=True) or [], "fallback.names", fail),
+    )
+    if fallback.compute_minor < 0:
+        raise fail("fallback.compute_minor", "must not be negative")
+
+    peaks_table = get(data, "peak_tflops", dict)
+    if not peaks_table:
+        raise fail("peak_tflops", "must list at least one dtype")
+    peaks = {}
+    for dtype in peaks_table:
+        if dtype not in DTYPES:
+            raise fail(f"peak_tflops.{dtype}", f"unknown dtype (known: {', '.join(DTYPES)})")
+        peaks[dtype] = float(get(peaks_table, dtype, (int, float), "peak_tflops."))
+
+    fields = {
+        "hbm_tbps": float(get(data, "hbm_tbps", (int, float))),
+        "memory_bytes": get(data, "memory_bytes", int),
+        "sm_count": get(data, "sm_count", int),
+        "boost_clock_mhz": get(data, "boost_clock_mhz", int, optional=True),
+        "l2_bytes": get(data, "l2_bytes", int, optional=True),
+        "interconnect": get(data, "interconnect", str, optional=True),
+        "tdp_w": get(data, "tdp_w", int, optional=True),
+    }
+
+    sources = _flatten(get(data, "sources", dict), "", fail)
+    wanted = [f"peak_tflops.{d}" for d in peaks] + [f for f in _SOURCED_FIELDS if fields[f] is not None]
+    for key in wanted:
+        if key not in sources:
+            raise fail(key, "missing source")
+    for key in sources:
+        if key not in wanted:
+            raise fail(f"sources.{key}", "source for a field that has no value")
+
+    return HardwareSpec(
+        id=spec_id,
+        name=get(data, "name", str),
+        vendor=vendor,
+        architecture=get(data, "architecture", str),
+        match=match,
+        peak_tflops=peaks,
+        sources=sources,
+        fallback=fallback,
+        notes=get(data, "notes", str, optional=True),
+        **fields,
+    )
+
+
+def _str_list(values: list, field: str, fail) -> tuple[str, ...]:
+    for value in values:
+        if not isinstance(value, str) or not value.strip():
+            raise fail(field, f"expected non-empty strings, got {value!r}")
+    return tuple(values)
+
+
+def _flatten(table: dict[str, Any], prefix: str, fail) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}.", fail))
+        elif isinstance(value, str) and value.strip():
+            out[prefix + key] = value
+        else:
+            raise fail(f"sources.{prefix}{key}", f"expected a non-empty string, got {value!r}")
+    return out
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    names = {int: "integer", float: "number", str: "string", list: "list", dict: "table"}
+    return " or ".join(names.get(k, k.__name__) for k in kinds)
+
+
+# ----------------------------------------------------------------------------- matching
+
+
+def _norm(text: str) -> str:
+    """Case-fold and turn every run of separators into one space ('NVIDIA_A100-PCIe' -> 'nvidia a100 pcie')."""
+    return " ".join(re.sub(r"[^0-9a-z.]+", " ", text.casefold()).split())
+
+
+def _contains(name: str, pattern: str) -> bool:
+    """Whole-word containment of normalized strings."""
+    return f" {pattern} " in f" {name} "
+
+
+def _agrees(spec: HardwareSpec, major, minor, sm_count, memory_bytes, *, mig: bool = False) -> bool:
+    fb = spec.fallback
+    if major is not None and major != fb.compute_major:
+        return False
+    if minor is not None and minor != fb.compute_minor:
+        return False
+    if mig:  # a MIG slice has a fraction of the SMs and memory
+        return True
+    if sm_count is not None and sm_count != fb.sm_count:
+        return False
+    if memory_bytes is not None and abs(memory_bytes / GIB - fb.memory_gib) > MEMORY_TOLERANCE * fb.memory_gib:
+        return False
+    return True
+
+
+def _default_specs() -> tuple[HardwareSpec, ...]:
+    return _load_dir(str(default_hardware_dir().resolve()))
+
+
+def match_gpu(
+    name: str | None,
+    compute_major: int | None = None,
+    compute_minor: int | None = None,
+    sm_count: int | None = None,
+    memory_bytes: int | None = None,
+    specs: Iterable[HardwareSpec] | None = None,
+) -> HardwareSpec | None:
+    """The spec for a trace's device, or None when it cannot be told with confidence.
+
+    ``name`` is the device name as recorded; the other arguments are the device
+    properties the trace records next to it (Kineto ``computeMajor``/``computeMinor``/
+    ``numSms``/``totalGlobalMem``, nsys ``TARGET_INFO_GPU``), all optional.
+    """
+    specs = tuple(specs) if specs is not None else _default_specs()
+    props = (compute_major, compute_minor, sm_count, memory_bytes)
+    norm = _norm(name or "")
+
+    if norm:
+        mig = _contains(norm, "mig")
+        hits = sorted(
+            ((len(_norm(p)), spec.id, spec) for spec in specs for p in spec.match if _contains(norm, _norm(p))),
+            key=lambda hit: (-hit[0], hit[1]),
+        )
+        for _, _, spec in hits:
+            if _agrees(spec, *props, mig=mig):
+                return spec
+
+    # Name empty, unknown, or contradicted by the properties: identify by properties alone.
+    if sm_count is None or memory_bytes is None:
+        return None
+    pool = [s for s in specs if norm and any(_contains(norm, _norm(n)) for n in s.fallback.names)] or list(specs)
+    vendors = {_VENDOR_WORDS[w] for w in norm.split() if w in _VENDOR_WORDS}
+    if len(vendors) == 1:
+        pool = [s for s in pool if s.vendor in vendors]
+    candidates = [s for s in pool if _agrees(s, *props)]
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def get_spec(id_or_name: str, specs: Iterable[HardwareSpec] | None = None) -> HardwareSpec:
+    """The spec for a ``--gpu`` override: an id or any match string, case-insensitive."""
+    specs = tuple(specs) if specs is not None else _default_specs()
+    key = _norm(id_or_name)
+    for spec in specs:
+        if key and (key == _norm(spec.id) or any(key == _norm(p) for p in spec.match)):
+            return spec
+    known = ", ".join(sorted(s.id for s in specs))
+    raise ValueError(f"unknown GPU {id_or_name!r}; known ids: {known}")
