@@ -32,6 +32,7 @@ class Trace:
     def __init__(self, con: duckdb.DuckDBPyConnection, source: Path):
         self.con = con
         self.source = source
+        self.analyzed = db.has_column(con, "kernels", "phase")
 
     def sql(self, query: str, params: list | dict | None = None) -> pl.DataFrame:
         """Run SQL over the schema and return a polars DataFrame (empty for statements without rows)."""
@@ -43,8 +44,21 @@ class Trace:
         rows = self.con.execute(query, params).fetchall()
         return rows[0][0] if rows else None
 
+    def analyze(self, options=None, **kwargs) -> Trace:
+        """Add the analysis tables (categories, GPU match, steps, phases, roofline); see docs/analysis.md.
+
+        `options` is an analysis.AnalysisOptions; keyword arguments build one.
+        """
+        from traceview.analysis.pipeline import AnalysisOptions, analyze
+
+        if self.analyzed:
+            return self
+        analyze(self.con, options or AnalysisOptions(**kwargs))
+        self.analyzed = True
+        return self
+
     def save(self, target: Path) -> None:
-        """Persist the schema tables to a DuckDB file, written beside and renamed into place."""
+        """Persist every table and view to a DuckDB file, written beside and renamed into place."""
         target = target.resolve()
         if target.exists() and target.samefile(self.source):
             raise TraceviewError(f"{target}: refusing to overwrite the input trace")
@@ -53,8 +67,7 @@ class Trace:
         os.unlink(tmp_name)
         try:
             self.con.execute("ATTACH ? AS _out", [tmp_name])
-            for table in db.CONTRACT_TABLES:
-                self.con.execute(f"CREATE TABLE _out.{table} AS SELECT * FROM {table}")
+            self.con.execute("COPY FROM DATABASE memory TO _out")
             self.con.execute("DETACH _out")
             os.replace(tmp_name, target)
         finally:
@@ -72,26 +85,38 @@ class Trace:
         self.close()
 
 
+def _open_saved(source: Path) -> duckdb.DuckDBPyConnection:
+    """Copy a saved database into memory: the file is only ever read, and analysis can add to the copy."""
+    con = duckdb.connect()
+    try:
+        con.execute("ATTACH ? AS saved (READ_ONLY)", [str(source)])
+        tables = {name for (name,) in con.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_catalog = 'saved'").fetchall()}
+        missing = [t for t in db.CONTRACT_TABLES if t not in tables]
+        if missing:
+            raise TraceviewError(f"{source}: DuckDB file is not a traceview database (missing {', '.join(missing)})")
+        con.execute("COPY FROM DATABASE saved TO memory")
+        con.execute("DETACH saved")
+    except duckdb.Error as exc:
+        con.close()
+        raise TraceviewError(f"{source}: cannot open DuckDB database ({str(exc).splitlines()[0]})") from None
+    except TraceviewError:
+        con.close()
+        raise
+    return con
+
+
 def load(path: str | os.PathLike) -> Trace:
     """Ingest a trace (nsys .sqlite, Kineto .json[.gz], a directory of ranks) or open a saved .duckdb.
 
-    A saved database opens read-only; an ingested trace lives in memory, so nothing a query does
-    can reach the input file.
+    Everything lives in memory (a saved database is attached read-only and copied), so nothing a
+    query or an analysis does can reach the input file.
     """
     source = Path(path)
     if not source.exists():
         raise TraceviewError(f"{source}: no such file or directory")
     if source.is_file() and is_duckdb_file(source):
-        try:
-            con = duckdb.connect(str(source), read_only=True)
-        except duckdb.Error as exc:
-            raise TraceviewError(f"{source}: cannot open DuckDB database ({exc})") from None
-        missing = [t for t in db.CONTRACT_TABLES if not con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [t]).fetchall()[0][0]]
-        if missing:
-            con.close()
-            raise TraceviewError(f"{source}: DuckDB file is not a traceview database (missing {', '.join(missing)})")
-        return Trace(con, source)
+        return Trace(_open_saved(source), source)
     con = duckdb.connect()
     try:
         ingest(source, con)

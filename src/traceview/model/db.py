@@ -23,6 +23,13 @@ def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(schema_sql())
 
 
+def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
+    """Whether an analysis step already added `column` (analyses run in any subset)."""
+    return bool(con.execute(
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?", [table, column]
+    ).fetchall()[0][0])
+
+
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) -> None:
     """Insert small metadata rows (devices, diagnostics); never used for events."""
     if rows:

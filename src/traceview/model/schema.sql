@@ -121,7 +121,7 @@ CREATE TABLE ranges (
 -- What the capture itself (and the ingester) reported: missing tables, diagnostic events, dropped data.
 CREATE TABLE diagnostics (
     rank INTEGER,                -- trace rank
-    source VARCHAR,              -- 'capture' (written by the profiler) or 'ingest' (noticed by traceview)
+    source VARCHAR,              -- 'capture' (written by the profiler), 'ingest' or 'analysis' (noticed by traceview)
     severity VARCHAR,            -- 'info', 'warning' or 'error'
     code VARCHAR,                -- stable short code, e.g. 'no_kernels', 'diagnostic_event', 'unmatched_kernels'
     message VARCHAR,             -- one human-readable line
