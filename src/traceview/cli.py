@@ -167,6 +167,76 @@ def ingest(trace: Path, output: Path) -> None:
     click.echo(f"wrote {output} ({kernels:,} kernels)", err=True)
 
 
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
+def gpus(fmt: str) -> None:
+    """List the GPUs in hardware/: dense peak TFLOP/s per dtype, bandwidth, ridge points.
+
+    \b
+    Example:
+      traceview gpus --format csv
+    """
+    from traceview.analysis.hardware import load_specs
+
+    rows = [
+        {
+            "id": spec.id, "name": spec.name, "sm_count": spec.sm_count,
+            "memory_gib": round(spec.memory_bytes / 2**30, 1), "hbm_tbps": spec.hbm_tbps,
+            **{f"{dtype}_tflops": spec.peak_tflops.get(dtype) for dtype in ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")},
+            "ridge_bf16": round(spec.ridge("bf16"), 1) if spec.ridge("bf16") else None,
+            "match": "; ".join(spec.match),
+        }
+        for spec in sorted(load_specs(), key=lambda s: s.id)
+    ]
+    frame = pl.DataFrame(rows)
+    _print_frame(frame.drop("match") if fmt == "table" else frame, fmt)
+
+
+@cli.command()
+@click.option("--model", "model", help="A preset (llama-3-8b, qwen2.5-72b, mixtral-8x7b, ...) or a Hugging Face config.json.")
+@click.option("--params", type=float, help="Generic dense model: parameter count, e.g. 7e9 (instead of --model).")
+@click.option("--layers", type=int, help="With --params: layers, for the KV-cache and attention terms.")
+@click.option("--hidden", type=int, help="With --params: hidden size.")
+@click.option("--kv-heads", type=int, help="With --params: KV heads (GQA).")
+@click.option("--gpu", required=True, help="GPU id or device name from `traceview gpus`, e.g. h100-sxm.")
+@click.option("--dtype", default="fp16", show_default=True,
+              type=click.Choice(["fp32", "tf32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]))
+@click.option("--batch", default=1, show_default=True, type=click.IntRange(min=1), help="Requests in the step.")
+@click.option("--context", type=click.IntRange(min=1), help="Context length per request in tokens (decode: including the new token).")
+@click.option("--prompt-tokens", type=click.IntRange(min=1), help="Prefill: new tokens per request (default: the whole context).")
+@click.option("--phase", default="decode", show_default=True, type=click.Choice(["decode", "prefill"]))
+@click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1), help="Tensor-parallel size; results are per GPU.")
+@click.option("--utilization", default=1.0, show_default=True, type=click.FloatRange(0, 1, min_open=True),
+              help="Fraction of the spec peaks reachable (e.g. 0.8 for MAMF-like ceilings).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def estimate(model, params, layers, hidden, kv_heads, gpu, dtype, batch, context, prompt_tokens, phase, tp,
+             utilization, fmt) -> None:
+    """Estimate a step's floor on paper: max(bytes / bandwidth, FLOPs / peak), no trace needed.
+
+    \b
+    Example:
+      traceview estimate --model llama-2-7b --gpu a100-sxm4-80gb --batch 14 --context 8192
+      traceview estimate --params 7e9 --gpu a100-sxm4-80gb --format json
+    """
+    from traceview.analysis.estimate import estimate as run_estimate
+    from traceview.analysis.estimate import format_estimate_text
+
+    if (model is None) == (params is None):
+        raise TraceviewError("estimate: give exactly one of --model or --params")
+    try:
+        result = run_estimate(
+            model, gpu, dtype=dtype, batch=batch, context=context, phase=phase, tp=tp,
+            prompt_tokens=prompt_tokens, utilization=utilization, params=params, layers=layers,
+            hidden=hidden, kv_heads=kv_heads,
+        )
+    except (ValueError, OSError) as exc:
+        raise TraceviewError(f"estimate: {exc}") from None
+    if fmt == "json":
+        click.echo(json.dumps(result.to_dict(), indent=1, sort_keys=True))
+    else:
+        click.echo(format_estimate_text(result))
+
+
 def main() -> None:
     """Entry point: every failure is one line on stderr and exit code 2; `--debug` shows the traceback."""
     debug = "--debug" in sys.argv[1:]
