@@ -22,7 +22,8 @@ import pyarrow as pa
 from traceview.analysis.intervals import busy_time_sql
 from traceview.model import db
 
-COUNT_GROUPS = ("prefill_requests", "prefill_tokens", "decode_requests", "decode_tokens", "requests", "tokens")
+COUNT_GROUPS = ("prefill_requests", "prefill_tokens", "prefill_context_tokens", "decode_requests", "decode_tokens",
+                "decode_context_tokens", "requests", "tokens")
 KNOWN_GROUPS = frozenset(COUNT_GROUPS) | {"mode"}
 DEFAULT_GAP_NS = 1_000_000
 ANNOTATION_KINDS = ("user_annotation", "nvtx")
@@ -65,7 +66,8 @@ def _create_windows(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TEMP TABLE _step_windows (
             rank INTEGER, pid BIGINT, tid BIGINT, start_ns BIGINT, end_ns BIGINT, name VARCHAR,
             source VARCHAR, phase VARCHAR, confidence DOUBLE, prefill_requests BIGINT,
-            prefill_tokens BIGINT, decode_requests BIGINT, decode_tokens BIGINT
+            prefill_tokens BIGINT, decode_requests BIGINT, decode_tokens BIGINT,
+            prefill_context_tokens BIGINT, decode_context_tokens BIGINT
         )
         """
     )
@@ -79,7 +81,7 @@ def _add_user_regex_windows(con: duckdb.DuckDBPyConnection, step_regex: str) -> 
     con.execute(
         f"""
         INSERT INTO _step_windows
-        SELECT rank, pid, tid, start_ns, end_ns, name, 'user_regex', NULL, NULL, NULL, NULL, NULL, NULL
+        SELECT rank, pid, tid, start_ns, end_ns, name, 'user_regex', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM ranges
         WHERE kind <> 'gpu_user_annotation' AND regexp_matches(name, $regex) AND {_ranks_without_windows()}
         """,
@@ -106,6 +108,7 @@ def _add_grammar_windows(con: duckdb.DuckDBPyConnection, grammar: StepGrammar) -
             SELECT matched.*, md.phase AS mode_phase,
                    {count['prefill_requests']} AS pr, {count['prefill_tokens']} AS pt,
                    {count['decode_requests']} AS dr, {count['decode_tokens']} AS dt,
+                   {count['prefill_context_tokens']} AS pc, {count['decode_context_tokens']} AS dc,
                    {count['requests']} AS rq, {count['tokens']} AS tk
             FROM matched LEFT JOIN _modes md ON md.mode = {mode}
         ),
@@ -122,7 +125,8 @@ def _add_grammar_windows(con: duckdb.DuckDBPyConnection, grammar: StepGrammar) -
                coalesce(pt, CASE WHEN phase = 'prefill' THEN tk END, CASE WHEN phase = 'decode' THEN 0 END),
                coalesce(dr, CASE WHEN phase = 'decode' THEN rq END),
                -- a generation request makes one token per step when the annotation counts only requests
-               coalesce(dt, CASE WHEN phase = 'decode' THEN coalesce(tk, dr) END, CASE WHEN phase = 'prefill' THEN 0 END)
+               coalesce(dt, CASE WHEN phase = 'decode' THEN coalesce(tk, dr) END, CASE WHEN phase = 'prefill' THEN 0 END),
+               pc, dc
         FROM labelled
         """,
         {"pattern": grammar.pattern, "groups": list(grammar.groups), "grammar": grammar.name,
@@ -135,7 +139,7 @@ def _add_range_windows(con: duckdb.DuckDBPyConnection, source: str, condition: s
     con.execute(
         f"""
         INSERT INTO _step_windows
-        SELECT rank, pid, tid, start_ns, end_ns, name, '{source}', NULL, NULL, NULL, NULL, NULL, NULL
+        SELECT rank, pid, tid, start_ns, end_ns, name, '{source}', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM ranges WHERE ({condition}) AND {_ranks_without_windows()}
         """
     )
@@ -161,7 +165,7 @@ def _add_gap_windows(con: duckdb.DuckDBPyConnection, gap_ns: int) -> None:
     con.execute(
         f"""
         INSERT INTO _step_windows
-        SELECT rank, NULL, NULL, min(start_ns), max(end_ns), 'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL
+        SELECT rank, NULL, NULL, min(start_ns), max(end_ns), 'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM (
             SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns - prev_end > $gap THEN 1 ELSE 0 END)
                       OVER (PARTITION BY rank ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS burst
@@ -220,6 +224,15 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
 def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
     """The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens."""
     hint = "attention_phase_hint" if db.has_column(con, "kernels", "attention_phase_hint") else "NULL::VARCHAR"
+    shapes = (
+        """SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
+           FROM _numbered_windows w JOIN op_costs o
+             ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
+            AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns AND o.seq_len IS NOT NULL
+           GROUP BY ALL"""
+        if db.has_column(con, "op_costs", "seq_len")
+        else "SELECT NULL::INTEGER AS rank, NULL::BIGINT AS step_id, NULL::BIGINT AS min_seq_len, NULL::BIGINT AS max_seq_len"
+    )
     busy = busy_time_sql(
         "SELECT rank, step_id, start_ns, end_ns FROM kernels WHERE step_id IS NOT NULL "
         "UNION ALL SELECT rank, step_id, start_ns, end_ns FROM memops WHERE step_id IS NOT NULL",
@@ -229,28 +242,30 @@ def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
         f"""
         CREATE OR REPLACE TABLE steps AS
         WITH work AS (
-            SELECT rank, step_id, count(*) AS kernels, min(start_ns) AS gpu_start_ns, max(end_ns) AS gpu_end_ns,
+            SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
                    count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
                    count(*) FILTER (WHERE {hint} = 'decode') AS decode_attention,
                    count(*) FILTER (WHERE {hint} = 'prefill') AS prefill_attention
-            FROM kernels WHERE step_id IS NOT NULL GROUP BY ALL
+            FROM kernels k WHERE step_id IS NOT NULL GROUP BY ALL
         ),
         memwork AS (
             SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
             FROM memops WHERE step_id IS NOT NULL GROUP BY ALL
         ),
         busy AS ({busy}),
+        shapes AS ({shapes}),
         joined AS (
             SELECT w.*, coalesce(k.kernels, 0) AS kernels, coalesce(m.memops, 0) AS memops,
                    least(k.gpu_start_ns, m.lo) AS gpu_start_ns, greatest(k.gpu_end_ns, m.hi) AS gpu_end_ns,
                    coalesce(k.graph_kernels, 0) AS graph_kernels,
                    coalesce(k.decode_attention, 0) AS decode_attention,
-                   coalesce(k.prefill_attention, 0) AS prefill_attention,
+                   coalesce(k.prefill_attention, 0) AS prefill_attention, sh.min_seq_len, sh.max_seq_len,
                    coalesce(b.busy_ns, 0) AS gpu_time_ns
             FROM _numbered_windows w
             LEFT JOIN work k USING (rank, step_id)
             LEFT JOIN memwork m USING (rank, step_id)
             LEFT JOIN busy b USING (rank, step_id)
+            LEFT JOIN shapes sh USING (rank, step_id)
         ),
         rank_shape AS (
             SELECT rank,
@@ -263,6 +278,8 @@ def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
                 CASE
                     WHEN j.phase IS NOT NULL THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
                     WHEN j.kernels = 0 AND j.memops = 0 THEN struct_pack(p := 'empty', s := 'no_gpu_work', c := 1.0)
+                    WHEN j.min_seq_len > 1 THEN struct_pack(p := 'prefill', s := 'input_shapes', c := 0.8)
+                    WHEN j.max_seq_len = 1 THEN struct_pack(p := 'decode', s := 'input_shapes', c := 0.8)
                     WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := 'mixed', s := 'attention_kernels', c := 0.6)
                     WHEN j.decode_attention > 0 THEN struct_pack(p := 'decode', s := 'attention_kernels', c := 0.8)
                     WHEN j.prefill_attention > 0 THEN struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.8)
@@ -276,6 +293,7 @@ def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
         SELECT rank, step_id, verdict.p AS phase, verdict.s AS phase_source, verdict.c AS confidence,
                least(start_ns, gpu_start_ns) AS start_ns, greatest(end_ns, gpu_end_ns) AS end_ns,
                gpu_time_ns, kernels, prefill_tokens, decode_tokens, prefill_requests, decode_requests,
+               prefill_context_tokens, decode_context_tokens,
                name, source AS step_source, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns,
                gpu_start_ns, gpu_end_ns, graph_kernels, memops
         FROM decided

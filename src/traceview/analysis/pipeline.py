@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from traceview.analysis import categories, phases, roofline
-from traceview.analysis.hardware import get_spec, load_specs, match_gpu
+from traceview.analysis import accounting, categories, phases, roofline
+from traceview.analysis.hardware import HardwareSpec, get_spec, load_specs, match_gpu
+from traceview.analysis.models import load_model
 from traceview.errors import TraceviewError
 from traceview.model import db
 
@@ -22,10 +23,28 @@ class AnalysisOptions:
     gpu: str | None = None
     step_regex: str | None = None
     step_gap_ns: int = phases.DEFAULT_GAP_NS
+    model: str | None = None
+    dtype: str = "bf16"
+    tp: int = 1
+    batch: int | None = None
+    context: int | None = None
+    utilization: float = 1.0
+
+    def model_options(self) -> accounting.ModelOptions | None:
+        if not self.model:
+            return None
+        try:
+            model = load_model(self.model)
+        except (ValueError, OSError) as exc:
+            raise TraceviewError(f"--model {self.model}: {exc}") from None
+        return accounting.ModelOptions(model, self.dtype, self.tp, self.batch, self.context, self.utilization)
 
 
-def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> None:
-    """Match each device to a hardware/ spec (or the `--gpu` override) and note what could not be."""
+def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSpec | None:
+    """Match each device to a hardware/ spec (or the `--gpu` override) and note what could not be.
+
+    Returns the spec of the GPU that ran the most kernel time (the target for model accounting).
+    """
     specs = load_specs()
     override = None
     if gpu:
@@ -61,13 +80,35 @@ def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> None:
         else:
             message = f"GPU {device} has no device name in the trace: pass --gpu NAME for roofline numbers"
         db.add_diagnostic(con, rank, "analysis", "warning", "gpu_unknown", message)
+    busiest = con.execute(
+        """SELECT d.spec_id FROM kernels k JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+           WHERE d.spec_id IS NOT NULL GROUP BY d.spec_id ORDER BY sum(k.dur_ns) DESC LIMIT 1"""
+    ).fetchall()
+    return next((s for s in specs if busiest and s.id == busiest[0][0]), override)
 
 
 def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisOptions()) -> None:
     """Run every analysis over an ingested trace, in dependency order."""
+    model = options.model_options()
+    _check_regex(con, options.step_regex)
     categories.classify_kernels(con)
-    match_devices(con, options.gpu)
-    phases.segment_steps(con, step_regex=options.step_regex, gap_ns=options.step_gap_ns)
+    gpu = match_devices(con, options.gpu)
     roofline.build_op_costs(con)
     roofline.cost_kernels(con)
+    phases.segment_steps(con, step_regex=options.step_regex, gap_ns=options.step_gap_ns)
     roofline.build_roofline_views(con)
+    try:
+        accounting.build_step_accounting(con, model, gpu)
+    except ValueError as exc:
+        raise TraceviewError(f"--model {options.model}: {exc}") from None
+    roofline.build_phase_summary(con)
+
+
+def _check_regex(con: duckdb.DuckDBPyConnection, pattern: str | None) -> None:
+    """A bad --step-regex is a usage error, reported before any work."""
+    if pattern is None:
+        return
+    try:
+        con.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
+    except duckdb.Error as exc:
+        raise TraceviewError(f"--step-regex {pattern!r}: {str(exc).splitlines()[0]}") from None

@@ -126,7 +126,9 @@ def build_op_costs(con: duckdb.DuckDBPyConnection) -> None:
                CASE WHEN z.all_typed THEN z.in_bytes + coalesce(ob.size, 0) *
                    CASE WHEN f.mm.o IS NOT NULL THEN f.mm.o
                         WHEN f.op LIKE '%\\_' ESCAPE '\\' THEN 0 ELSE z.max_elements END END AS bytes,
-               td.dtype AS input_dtype
+               td.dtype AS input_dtype,
+               -- tokens per sequence of a [batch, seq, features] linear input: 1 in decode, the prompt in prefill
+               CASE WHEN f.op IN ('aten::linear', 'aten::matmul') AND len(f.d1) = 3 THEN f.d1[2] END AS seq_len
         FROM formulas f
         JOIN sized z USING (rank, range_id)
         LEFT JOIN _element_bytes ob ON ob.type = f.types[1]
@@ -139,7 +141,8 @@ def build_op_costs(con: duckdb.DuckDBPyConnection) -> None:
 
 def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
     """Add kernels.flops / kernels.bytes / kernels.cost_op: the launching op's cost, shared by time."""
-    for column, sql_type in (("flops", "DOUBLE"), ("bytes", "DOUBLE"), ("cost_op", "VARCHAR"), ("cost_dtype", "VARCHAR")):
+    for column, sql_type in (("flops", "DOUBLE"), ("bytes", "DOUBLE"), ("cost_op", "VARCHAR"), ("cost_dtype", "VARCHAR"),
+                              ("op_range_id", "BIGINT")):
         con.execute(f"ALTER TABLE kernels ADD COLUMN IF NOT EXISTS {column} {sql_type}")
     dtype = "k.dtype" if db.has_column(con, "kernels", "dtype") else "NULL"
     con.register("_dtype_bytes", pa.table({"dtype": list(DTYPE_BYTES), "size": [float(v) for v in DTYPE_BYTES.values()]}))
@@ -170,9 +173,10 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
     )
     con.execute(
         f"""
-        UPDATE kernels SET flops = c.flops, bytes = c.bytes, cost_op = c.op, cost_dtype = c.cost_dtype
+        UPDATE kernels SET flops = c.flops, bytes = c.bytes, cost_op = c.op, cost_dtype = c.cost_dtype,
+                           op_range_id = c.range_id
         FROM (
-            SELECT ko.rank, ko.kernel_id, o.op, coalesce({dtype}, o.input_dtype) AS cost_dtype,
+            SELECT ko.rank, ko.kernel_id, ko.range_id, o.op, coalesce({dtype}, o.input_dtype) AS cost_dtype,
                    o.flops * k.dur_ns / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS flops,
                    coalesce(o.bytes, o.elements * coalesce(db.size, 4)) * k.dur_ns
                        / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS bytes
@@ -209,7 +213,8 @@ def _roofline_terms(keys: str) -> str:
                sum(flops) / nullif(sum(flops / peak_flops), 0) / any_value(hbm_bytes_per_s) AS ridge,
                sum(flops / peak_flops) * 1e9 AS compute_floor_ns,
                sum(bytes / hbm_bytes_per_s) * 1e9 AS memory_floor_ns,
-               sum(greatest(coalesce(flops / peak_flops, 0), coalesce(bytes / hbm_bytes_per_s, 0))) * 1e9 AS roofline_floor_ns
+               sum(greatest(coalesce(flops / peak_flops, 0), coalesce(bytes / hbm_bytes_per_s, 0)))
+                   FILTER (WHERE flops IS NOT NULL OR bytes IS NOT NULL) * 1e9 AS roofline_floor_ns
         FROM _roofline_input
         GROUP BY {keys}
     """
@@ -261,3 +266,61 @@ def build_roofline_views(con: duckdb.DuckDBPyConnection) -> None:
             FROM ({_roofline_terms(keys)})
             """
         )
+
+
+def build_phase_summary(con: duckdb.DuckDBPyConnection) -> None:
+    """`phase_summary`: per phase, time, achieved rates, which wall it hits and how close it is.
+
+    The bound comes from the strongest evidence available (`bound_source`): measured kernel costs
+    when they cover most of the phase's kernel time; else the model accounting (`--model`); else
+    tokens per step, since a step's arithmetic intensity is about its tokens when weights dominate
+    (MATH.md §3.3) and is compared with the GPU's bf16 ridge; else the textbook rule (decode is
+    memory-bound, prefill compute-bound).
+    """
+    con.execute(
+        """
+        CREATE OR REPLACE TABLE phase_summary AS
+        WITH step_totals AS (
+            SELECT s.rank, s.phase, count(*) AS steps, sum(s.end_ns - s.start_ns)::BIGINT AS wall_ns,
+                   sum(s.gpu_time_ns)::BIGINT AS gpu_busy_ns,
+                   median(coalesce(s.prefill_tokens, 0) + coalesce(s.decode_tokens, 0))
+                       FILTER (WHERE s.prefill_tokens IS NOT NULL OR s.decode_tokens IS NOT NULL) AS tokens_per_step,
+                   sum(a.memory_time_ns) AS model_memory_ns, sum(a.compute_time_ns) AS model_compute_ns,
+                   sum(a.roofline_floor_ns) AS model_floor_ns,
+                   sum(s.gpu_time_ns) FILTER (WHERE a.roofline_floor_ns IS NOT NULL) AS model_busy_ns
+            FROM steps s LEFT JOIN step_accounting a USING (rank, step_id)
+            WHERE s.phase <> 'empty'
+            GROUP BY ALL
+        ),
+        ridges AS (
+            SELECT d.rank, any_value(p.peak_flops / g.hbm_bytes_per_s) AS ridge_bf16
+            FROM devices d JOIN gpu_specs g USING (spec_id) JOIN gpu_peaks p ON p.spec_id = d.spec_id AND p.dtype = 'bf16'
+            GROUP BY d.rank
+        )
+        SELECT t.rank, t.phase, t.steps, t.wall_ns, t.gpu_busy_ns, r.kernels, r.time_ns AS kernel_time_ns,
+               r.costed_time_ns, r.flops, r.bytes, r.achieved_tflops, r.achieved_tbps, r.arithmetic_intensity,
+               coalesce(r.ridge, g.ridge_bf16) AS ridge, t.tokens_per_step,
+               CASE
+                   WHEN r.costed_time_ns >= 0.5 * r.time_ns THEN r.bound
+                   WHEN t.model_floor_ns IS NOT NULL THEN CASE WHEN t.model_memory_ns >= t.model_compute_ns THEN 'memory' ELSE 'compute' END
+                   WHEN t.tokens_per_step IS NOT NULL AND g.ridge_bf16 IS NOT NULL
+                       THEN CASE WHEN t.tokens_per_step < g.ridge_bf16 THEN 'memory' ELSE 'compute' END
+                   WHEN t.phase = 'decode' THEN 'memory'
+                   WHEN t.phase = 'prefill' THEN 'compute'
+               END AS bound,
+               CASE
+                   WHEN r.costed_time_ns >= 0.5 * r.time_ns THEN 'measured'
+                   WHEN t.model_floor_ns IS NOT NULL THEN 'model'
+                   WHEN t.tokens_per_step IS NOT NULL AND g.ridge_bf16 IS NOT NULL THEN 'tokens_per_step'
+                   WHEN t.phase IN ('decode', 'prefill') THEN 'phase_rule'
+               END AS bound_source,
+               CASE
+                   WHEN r.costed_time_ns >= 0.5 * r.time_ns THEN r.pct_of_roof
+                   WHEN t.model_floor_ns IS NOT NULL THEN least(100.0, 100.0 * t.model_floor_ns / nullif(t.model_busy_ns, 0))
+               END AS pct_of_roof
+        FROM step_totals t
+        LEFT JOIN roofline_by_phase r USING (rank, phase)
+        LEFT JOIN ridges g USING (rank)
+        ORDER BY t.rank, t.phase
+        """
+    )
