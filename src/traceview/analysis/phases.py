@@ -89,20 +89,18 @@ def _add_user_regex_windows(con: duckdb.DuckDBPyConnection, step_regex: str) -> 
     )
 
 
-def _add_grammar_windows(con: duckdb.DuckDBPyConnection, grammar: StepGrammar) -> None:
-    """Windows from one engine grammar; phase and token counts come from the captured groups."""
+def _grammar_sql(grammar: StepGrammar, source: str) -> str:
+    """SELECT over `source` (rank, pid, tid, start_ns, end_ns, name) of the rows whose name matches
+    the grammar, with the phase and token counts its capture groups give."""
     captured = {name: f"TRY_CAST(m['{name}'] AS BIGINT)" for name in grammar.groups if name != "mode"}
-    mode = "m['mode']" if "mode" in grammar.groups else "NULL"
-    con.register("_modes", pa.table({"mode": list(grammar.modes), "phase": list(grammar.modes.values())}))
     count = {name: captured.get(name, "NULL") for name in COUNT_GROUPS}
-    con.execute(
-        f"""
-        INSERT INTO _step_windows
+    mode = "m['mode']" if "mode" in grammar.groups else "NULL"
+    return f"""
         WITH matched AS (
-            SELECT r.rank, r.pid, r.tid, r.start_ns, r.end_ns, r.name,
-                   regexp_extract(r.name, $pattern, $groups) AS m
-            FROM ranges r
-            WHERE r.kind IN {ANNOTATION_KINDS} AND regexp_matches(r.name, $pattern) AND {_ranks_without_windows()}
+            SELECT src.rank, src.pid, src.tid, src.start_ns, src.end_ns, src.name,
+                   regexp_extract(src.name, $pattern, $groups) AS m
+            FROM ({source}) src
+            WHERE regexp_matches(src.name, $pattern)
         ),
         counted AS (
             SELECT matched.*, md.phase AS mode_phase,
@@ -120,17 +118,38 @@ def _add_grammar_windows(con: duckdb.DuckDBPyConnection, grammar: StepGrammar) -
                 ELSE 'empty' END) AS phase
             FROM counted
         )
-        SELECT rank, pid, tid, start_ns, end_ns, name, 'annotation:' || $grammar, phase, $confidence,
-               coalesce(pr, CASE WHEN phase = 'prefill' THEN rq END),
-               coalesce(pt, CASE WHEN phase = 'prefill' THEN tk END, CASE WHEN phase = 'decode' THEN 0 END),
-               coalesce(dr, CASE WHEN phase = 'decode' THEN rq END),
+        SELECT rank, pid, tid, start_ns, end_ns, name, 'annotation:' || $grammar AS source, phase,
+               $confidence::DOUBLE AS confidence,
+               coalesce(pr, CASE WHEN phase = 'prefill' THEN rq END) AS prefill_requests,
+               coalesce(pt, CASE WHEN phase = 'prefill' THEN tk END, CASE WHEN phase = 'decode' THEN 0 END) AS prefill_tokens,
+               coalesce(dr, CASE WHEN phase = 'decode' THEN rq END) AS decode_requests,
                -- a generation request makes one token per step when the annotation counts only requests
-               coalesce(dt, CASE WHEN phase = 'decode' THEN coalesce(tk, dr) END, CASE WHEN phase = 'prefill' THEN 0 END),
-               pc, dc
+               coalesce(dt, CASE WHEN phase = 'decode' THEN coalesce(tk, dr) END,
+                        CASE WHEN phase = 'prefill' THEN 0 END) AS decode_tokens,
+               pc AS prefill_context_tokens, dc AS decode_context_tokens
         FROM labelled
+    """
+
+
+def _apply_grammar(con: duckdb.DuckDBPyConnection, grammar: StepGrammar) -> None:
+    """Windows from ranges matching the grammar, and phases for user-regex windows whose names match it."""
+    con.register("_modes", pa.table({"mode": list(grammar.modes), "phase": list(grammar.modes.values())},
+                                    schema=pa.schema([("mode", pa.string()), ("phase", pa.string())])))
+    params = {"pattern": grammar.pattern, "groups": list(grammar.groups), "grammar": grammar.name,
+              "confidence": grammar.confidence}
+    annotations = f"SELECT * FROM ranges WHERE kind IN {ANNOTATION_KINDS} AND {_ranks_without_windows()}"
+    con.execute(f"INSERT INTO _step_windows BY NAME {_grammar_sql(grammar, annotations)}", params)
+    con.execute(
+        f"""
+        UPDATE _step_windows w SET phase = g.phase, confidence = g.confidence,
+               prefill_requests = g.prefill_requests, prefill_tokens = g.prefill_tokens,
+               decode_requests = g.decode_requests, decode_tokens = g.decode_tokens,
+               prefill_context_tokens = g.prefill_context_tokens, decode_context_tokens = g.decode_context_tokens
+        FROM ({_grammar_sql(grammar, "SELECT * FROM _step_windows WHERE phase IS NULL AND source = 'user_regex'")}) g
+        WHERE w.phase IS NULL AND w.source = 'user_regex' AND w.rank = g.rank AND w.pid = g.pid
+          AND w.tid = g.tid AND w.start_ns = g.start_ns AND w.end_ns = g.end_ns AND w.name = g.name
         """,
-        {"pattern": grammar.pattern, "groups": list(grammar.groups), "grammar": grammar.name,
-         "confidence": grammar.confidence},
+        params,
     )
     con.unregister("_modes")
 
@@ -320,7 +339,7 @@ def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = No
     if step_regex:
         _add_user_regex_windows(con, step_regex)
     for grammar in load_grammars():
-        _add_grammar_windows(con, grammar)
+        _apply_grammar(con, grammar)
     _add_range_windows(con, "execute_model", "kind = 'python_function' AND name GLOB '*: execute_model'")
     _add_range_windows(con, "profiler_step", "kind = 'profiler_step'")
     _keep_outermost(con)
