@@ -108,3 +108,11 @@ def test_ingest_into_missing_directory(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": []}')
     assert_one_line_error(traceview("ingest", trace, "-o", tmp_path / "no" / "x.duckdb"), "does not exist")
+
+
+def test_cli_reference_is_current() -> None:
+    from conftest import REPO
+    from traceview.cli import reference_markdown
+
+    expected = (REPO / "docs" / "cli.md").read_text()
+    assert reference_markdown() == expected, "run: python -c 'from traceview.cli import reference_markdown; print(reference_markdown(), end=\"\")' > docs/cli.md"

@@ -13,6 +13,7 @@ import duckdb
 import polars as pl
 
 from traceview import api
+from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.model import db
 
@@ -22,6 +23,32 @@ READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
 
 def _trace_argument(func):
     return click.argument("trace", type=click.Path(path_type=Path))(func)
+
+
+def _analysis_options(func):
+    """The flags that tell the analysis what the trace does not say (shared by every analysing command)."""
+    options = [
+        click.option("--gpu", help="GPU id or name from `traceview gpus`; overrides the trace's device name."),
+        click.option("--model", help="Model preset or Hugging Face config.json, for per-step accounting."),
+        click.option("--dtype", default="bf16", show_default=True, help="Model weights dtype for accounting."),
+        click.option("--tp", default=1, show_default=True, type=click.IntRange(min=1), help="Tensor-parallel size."),
+        click.option("--batch", type=click.IntRange(min=1), help="Decode batch when the trace has no token counts."),
+        click.option("--context", type=click.IntRange(min=1), help="Decode context length when the trace does not say."),
+        click.option("--step-regex", help="Regex over range names that marks one step each (overrides detection)."),
+        click.option("--step-gap-ms", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
+                     help="Idle gap that separates steps when nothing else marks them."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _analysis(kwargs: dict) -> AnalysisOptions:
+    return AnalysisOptions(
+        gpu=kwargs.pop("gpu"), model=kwargs.pop("model"), dtype=kwargs.pop("dtype"), tp=kwargs.pop("tp"),
+        batch=kwargs.pop("batch"), context=kwargs.pop("context"), step_regex=kwargs.pop("step_regex"),
+        step_gap_ns=round(kwargs.pop("step_gap_ms") * 1e6),
+    )
 
 
 def _json_default(value):
@@ -62,14 +89,16 @@ def cli(ctx: click.Context, debug: bool) -> None:
 @cli.command()
 @_trace_argument
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def info(trace: Path, fmt: str) -> None:
-    """Describe TRACE: format, producer version, GPUs, time span, rows per table, diagnostics.
+@_analysis_options
+def info(trace: Path, fmt: str, **kwargs) -> None:
+    """Describe TRACE: format, producer version, GPUs, time span, rows, steps per phase, diagnostics.
 
     \b
     Example:
       traceview info trace.pt.trace.json.gz
     """
     with api.load(trace) as loaded:
+        loaded.analyze(_analysis(kwargs))
         summary = trace_summary(loaded)
     if fmt == "json":
         click.echo(json.dumps(summary, default=_json_default, indent=1))
@@ -87,11 +116,17 @@ def info(trace: Path, fmt: str) -> None:
         memory = f", {gpu['memory_bytes'] / 2**30:.0f} GiB" if gpu["memory_bytes"] else ""
         sms = f", {gpu['sm_count']} SMs" if gpu["sm_count"] else ""
         cc = f", cc {gpu['compute_major']}.{gpu['compute_minor']}" if gpu["compute_major"] is not None else ""
-        click.echo(f"gpu        [{gpu['rank']}:{gpu['device_id']}] {gpu['name'] or '(no name)'}{sms}{memory}{cc}")
+        spec = f" -> {gpu['spec_id']}" if gpu.get("spec_id") else ""
+        click.echo(f"gpu        [{gpu['rank']}:{gpu['device_id']}] {gpu['name'] or '(no name)'}{sms}{memory}{cc}{spec}")
     if not summary["devices"]:
         click.echo("gpu        none described in the trace")
     click.echo("rows       " + ", ".join(f"{table} {count:,}" for table, count in summary["rows"].items()))
     click.echo(f"kernels    {summary['kernels']['graph']:,} graph-launched, {summary['kernels']['eager']:,} eager")
+    for phase in summary["phases"]:
+        bound = f", {phase['bound']}-bound ({phase['bound_source'].replace('_', ' ')})" if phase["bound"] else ""
+        roof = f", {phase['pct_of_roof']:.0f}% of roof" if phase["pct_of_roof"] is not None else ""
+        click.echo(f"phase      {phase['phase']}: {phase['steps']} steps, GPU busy {phase['gpu_busy_ns'] / 1e6:.3f} ms"
+                   f" of {phase['wall_ns'] / 1e6:.3f} ms{bound}{roof}")
     for diag in summary["diagnostics"]:
         click.echo(f"{diag['severity']:<10} [{diag['code']}] {diag['message']}")
 
@@ -108,9 +143,15 @@ def trace_summary(trace: api.Trace) -> dict:
         "SELECT rank, source, severity, code, message FROM diagnostics "
         "ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rank, timestamp_ns NULLS FIRST"
     ).to_dicts()
+    phases = trace.sql(
+        "SELECT phase, sum(steps)::BIGINT AS steps, sum(wall_ns)::BIGINT AS wall_ns, sum(gpu_busy_ns)::BIGINT AS gpu_busy_ns, "
+        "any_value(bound) AS bound, any_value(bound_source) AS bound_source, avg(pct_of_roof) AS pct_of_roof "
+        "FROM phase_summary GROUP BY phase ORDER BY phase"
+    ).to_dicts()
     return {
         "traces": traces,
         "devices": devices,
+        "phases": phases,
         "rows": rows,
         "kernels": {"graph": kinds.get("graph", 0), "eager": kinds.get("eager", 0)},
         "diagnostics": diagnostics,
@@ -121,14 +162,17 @@ def trace_summary(trace: api.Trace) -> dict:
 @_trace_argument
 @click.argument("sql")
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
-def query(trace: Path, sql: str, fmt: str) -> None:
-    """Run a read-only SQL query over TRACE's tables (see docs/schema.md).
+@_analysis_options
+def query(trace: Path, sql: str, fmt: str, **kwargs) -> None:
+    """Run a read-only SQL query over TRACE's tables and analysis views (docs/schema.md, docs/analysis.md).
 
     \b
     Example:
       traceview query run.sqlite "SELECT launch_kind, count(*) FROM kernels GROUP BY ALL"
+      traceview query run.sqlite "SELECT phase, count(*), sum(gpu_time_ns) FROM steps GROUP BY ALL"
     """
     with api.load(trace) as loaded:
+        loaded.analyze(_analysis(kwargs))
         try:
             statements = loaded.con.extract_statements(sql)
         except duckdb.Error as exc:
@@ -235,6 +279,17 @@ def estimate(model, params, layers, hidden, kv_heads, gpu, dtype, batch, context
         click.echo(json.dumps(result.to_dict(), indent=1, sort_keys=True))
     else:
         click.echo(format_estimate_text(result))
+
+
+def reference_markdown() -> str:
+    """docs/cli.md: every command's --help, so the reference cannot drift from the code."""
+    parts = ["# traceview command line", "",
+             "Generated from `--help` by `traceview.cli.reference_markdown()`; a test keeps it current.", ""]
+    root = click.Context(cli, info_name="traceview", terminal_width=100, max_content_width=100)
+    for name, command in [("traceview", cli)] + sorted(cli.commands.items()):
+        context = root if command is cli else click.Context(command, info_name=name, parent=root, terminal_width=100, max_content_width=100)
+        parts += [f"## {'traceview' if command is cli else 'traceview ' + name}", "", "```", command.get_help(context), "```", ""]
+    return "\n".join(parts)
 
 
 def main() -> None:
