@@ -116,3 +116,45 @@ def test_cli_reference_is_current() -> None:
 
     expected = (REPO / "docs" / "cli.md").read_text()
     assert reference_markdown() == expected, "run: python -c 'from traceview.cli import reference_markdown; print(reference_markdown(), end=\"\")' > docs/cli.md"
+
+
+def test_estimate_json_worked_example() -> None:
+    """7e9 parameters in FP16 on A100-80GB: 14 GB / 2039 GB/s ≈ 6.9 ms per token, ridge ≈ 153 FLOP/byte."""
+    result = traceview("estimate", "--params", "7e9", "--gpu", "a100-sxm4-80gb", "--dtype", "fp16", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["step_time_floor_s"] == pytest.approx(6.9e-3, rel=0.05)
+    assert out["ridge_flop_per_byte"] == pytest.approx(153, rel=0.05)
+    assert (out["bound"], out["memory_time_s"] > out["compute_time_s"]) == ("memory", True)
+    assert out["tokens_per_s"] == pytest.approx(1 / out["step_time_floor_s"])
+
+
+def test_estimate_usage_errors() -> None:
+    assert_one_line_error(traceview("estimate", "--gpu", "h100-sxm"), "exactly one of --model or --params")
+    assert_one_line_error(traceview("estimate", "--model", "no-such-model", "--gpu", "h100-sxm"), "estimate:")
+    assert_one_line_error(traceview("estimate", "--params", "7e9", "--gpu", "h1000"), "unknown GPU")
+
+
+def test_gpus_lists_dense_peaks() -> None:
+    result = traceview("gpus", "--format", "json")
+    rows = {row["id"]: row for row in json.loads(result.stdout)}
+    assert rows["h100-sxm"]["bf16_tflops"] == pytest.approx(989.4, rel=0.01)
+    assert rows["a100-sxm4-80gb"]["hbm_tbps"] == pytest.approx(2.039)
+    assert {"h200", "gh200", "b200", "gb200", "mi300x", "l4", "l40s"} <= rows.keys()
+
+
+@requires_shared
+def test_info_shows_matched_gpu_and_phases() -> None:
+    result = traceview("info", VLLM_H100)
+    assert result.returncode == 0, result.stderr
+    assert "-> h100-sxm" in result.stdout
+    assert "phase      decode: 9 steps" in result.stdout and "memory-bound" in result.stdout
+    assert "phase      prefill: 1 steps" in result.stdout
+
+
+def test_unknown_gpu_override_is_a_usage_error(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "s.json.gz")
+    assert_one_line_error(traceview("info", trace, "--gpu", "a9000"), "--gpu a9000")
+    assert_one_line_error(traceview("info", trace, "--model", "gpt-9"), "--model gpt-9")
