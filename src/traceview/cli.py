@@ -281,12 +281,178 @@ def estimate(model, params, layers, hidden, kv_heads, gpu, dtype, batch, context
         click.echo(format_estimate_text(result))
 
 
+def _rule_config_options(func):
+    """Selection, parameters, severities, team rules and baseline: the flags of every rule-running command."""
+    options = [
+        click.option("--select", multiple=True, help="Run only these rule ids or prefixes (repeatable), e.g. TV3."),
+        click.option("--ignore", multiple=True, help="Skip these rule ids or prefixes (repeatable)."),
+        click.option("--param", "params", multiple=True, help="Override a parameter: RULE.PARAM=VALUE (repeatable)."),
+        click.option("--severity", "severities", multiple=True, help="Override a severity: RULE=LEVEL (repeatable)."),
+        click.option("--rules-dir", "rules_dirs", multiple=True, type=click.Path(path_type=Path, file_okay=False),
+                     help="A directory of your own rule files (repeatable)."),
+        click.option("--config", "config_path", type=click.Path(path_type=Path, dir_okay=False),
+                     help="traceview.toml or pyproject.toml to read (default: the nearest one from here)."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def _rule_setup(kwargs: dict, **extra):
+    """Load the configuration (file, then flags) and the rules it names."""
+    from traceview.rules import find_config, load_config, load_rules, with_flags
+
+    path = kwargs.pop("config_path") or find_config(Path.cwd())
+    config = with_flags(
+        load_config(path), select=kwargs.pop("select"), ignore=kwargs.pop("ignore"), params=kwargs.pop("params"),
+        severity=kwargs.pop("severities"), rules_dirs=kwargs.pop("rules_dirs"), **extra,
+    )
+    rules = load_rules(config.rules_dirs)
+    config.validate(rules)
+    return config, rules
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@_rule_config_options
+@click.pass_context
+def rules(ctx: click.Context, fmt: str, **kwargs) -> None:
+    """List the rules: id, title, severity, phases, tags (docs/rules.md).
+
+    \b
+    Example:
+      traceview rules --select TV3
+      traceview rules explain TV301
+    """
+    if ctx.invoked_subcommand:
+        ctx.obj["rule_options"] = kwargs
+        return
+    config, loaded = _rule_setup(kwargs)
+    rows = [{"id": r.id, "name": r.name, "severity": config.severity_for(r), "title": r.title,
+             "phases": ", ".join(r.phases), "tags": ", ".join(r.tags)} for r in loaded if config.selects(r)]
+    if fmt == "json":
+        click.echo(json.dumps(rows, indent=1))
+    else:
+        _print_frame(pl.DataFrame(rows), "table")
+
+
+@rules.command()
+@click.argument("rule_id")
+@click.pass_context
+def explain(ctx: click.Context, rule_id: str) -> None:
+    """Print a rule's full text: what it flags, why it matters, how to fix it, parameters, query.
+
+    \b
+    Example:
+      traceview rules explain TV301
+    """
+    config, loaded = _rule_setup(dict(ctx.obj["rule_options"]))
+    matches = [r for r in loaded if rule_id.upper() == r.id or rule_id == r.name]
+    if not matches:
+        raise TraceviewError(f"no rule {rule_id!r} (see `traceview rules`)")
+    click.echo(explain_text(matches[0], config))
+
+
+def explain_text(rule, config) -> str:
+    """The text `rules explain` prints and docs/rules.md collects."""
+    lines = [f"{rule.id} {rule.name}: {rule.title}", "",
+             f"severity: {config.severity_for(rule)}    phases: {', '.join(rule.phases)}    "
+             f"tags: {', '.join(rule.tags) or '-'}    since: {rule.since}",
+             f"requires: {', '.join(rule.requires)}", ""]
+    for heading, key in (("What it flags", "what"), ("Why it matters", "why"), ("How to fix", "fix"),
+                         ("Example", "example")):
+        if rule.doc.get(key):
+            lines += [f"{heading}:", *("  " + line for line in rule.doc[key].splitlines()), ""]
+    if rule.params:
+        lines.append("Parameters:")
+        values = config.params_for(rule)
+        lines += [f"  {p.name} = {values[p.name]!r} {p.unit}  ({p.help}; default {p.default!r})" for p in rule.params]
+        lines.append("")
+    lines += ["Query:", *("  " + line for line in rule.query.strip().splitlines())]
+    return "\n".join(lines)
+
+
+@cli.command()
+@_trace_argument
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--fail-on", type=click.Choice(["info", "warning", "error"]),
+              help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False),
+              help="Suppress the findings recorded in this baseline file.")
+@click.option("--write-baseline", type=click.Path(path_type=Path, dir_okay=False),
+              help="Record the current findings as the baseline and exit 0.")
+@_rule_config_options
+@_analysis_options
+def check(trace: Path, fmt: str, fail_on: str | None, baseline: Path | None, write_baseline: Path | None,
+          **kwargs) -> None:
+    """Run the rules on TRACE and print findings ranked by the time fixing them could save.
+
+    Exit code 0 when no finding reaches --fail-on, 1 when one does, 2 on bad input.
+
+    \b
+    Example:
+      traceview check run.sqlite --fail-on warning
+      traceview check trace.json.gz --select TV2 --param TV201.min_gap_ms=5 --format json
+    """
+    from traceview.rules import check as run_check
+    from traceview.rules.baseline import read_baseline
+    from traceview.rules.baseline import write_baseline as save_baseline
+
+    analysis = _analysis(kwargs)
+    config, loaded = _rule_setup(kwargs, fail_on=fail_on, baseline=baseline)
+    known = read_baseline(config.baseline) if config.baseline and not write_baseline else frozenset()
+    with api.load(trace) as loaded_trace:
+        loaded_trace.analyze(analysis)
+        result = run_check(loaded_trace.con, loaded, config, known)
+    if write_baseline:
+        save_baseline(write_baseline, result.findings)
+        click.echo(f"wrote {write_baseline} ({len(result.findings)} findings)", err=True)
+        return
+    if fmt == "json":
+        click.echo(json.dumps(check_json(trace, result), indent=1, sort_keys=True))
+    else:
+        click.echo(check_text(result))
+    if result.reaches(config.fail_on):
+        sys.exit(1)
+
+
+def check_json(trace: Path, result) -> dict:
+    return {
+        "schema_version": 1,
+        "trace": str(trace),
+        "findings": [f.to_dict() for f in result.findings],
+        "skipped": [s.to_dict() for s in result.skipped],
+        "rules_run": list(result.rules_run),
+        "suppressed_by_baseline": result.suppressed,
+    }
+
+
+def check_text(result) -> str:
+    lines = []
+    for finding in result.findings:
+        share = f" ({finding.share_pct:.1f}% of the trace)" if finding.share_pct else ""
+        saving = f"saves up to {finding.estimated_saving_ns / 1e6:.2f} ms{share}" if finding.estimated_saving_ns else "no time estimate"
+        lines.append(f"{finding.rule} {finding.severity:<7} {finding.message}")
+        lines.append(f"      {saving}; fix: see `traceview rules explain {finding.rule}`")
+        for row in (finding.evidence.get("rows") or [])[:5]:
+            lines.append("      - " + ", ".join(f"{k}={v}" for k, v in row.items()))
+    for skipped in result.skipped:
+        lines.append(f"{skipped.rule} skipped {skipped.title}: {skipped.reason}")
+    counts = {level: sum(f.severity == level for f in result.findings) for level in ("error", "warning", "info")}
+    suppressed = f", {result.suppressed} suppressed by the baseline" if result.suppressed else ""
+    lines.append(f"{len(result.findings)} findings ({counts['error']} errors, {counts['warning']} warnings, "
+                 f"{counts['info']} info), {len(result.skipped)} rules skipped{suppressed}")
+    return "\n".join(lines)
+
+
 def reference_markdown() -> str:
     """docs/cli.md: every command's --help, so the reference cannot drift from the code."""
     parts = ["# traceview command line", "",
              "Generated from `--help` by `traceview.cli.reference_markdown()`; a test keeps it current.", ""]
     root = click.Context(cli, info_name="traceview", terminal_width=100, max_content_width=100)
-    for name, command in [("traceview", cli)] + sorted(cli.commands.items()):
+    commands = [("traceview", cli)] + sorted(cli.commands.items())
+    commands += [(f"rules {name}", command) for name, command in sorted(rules.commands.items())]
+    for name, command in commands:
         context = root if command is cli else click.Context(command, info_name=name, parent=root, terminal_width=100, max_content_width=100)
         parts += [f"## {'traceview' if command is cli else 'traceview ' + name}", "", "```", command.get_help(context), "```", ""]
     return "\n".join(parts)

@@ -1,0 +1,170 @@
+"""Run rules over an analysed trace: check each rule's requirements, run its query with bound
+parameters, turn rows into findings ranked by the time fixing them could save.
+
+A rule whose tables or columns are absent or empty is *skipped with the reason*, never reported as
+"no problem found".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import string
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+
+from traceview.model import db
+from traceview.rules.config import RuleConfig
+from traceview.rules.loader import SEVERITIES, Rule
+
+RESERVED_COLUMNS = ("estimated_saving_ns", "key", "evidence")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    name: str
+    severity: str
+    title: str
+    message: str
+    estimated_saving_ns: int
+    share_pct: float | None
+    evidence: dict[str, Any] = field(hash=False)
+    key: str
+    fingerprint: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule, "name": self.name, "severity": self.severity, "title": self.title,
+            "message": self.message, "estimated_saving_ns": self.estimated_saving_ns,
+            "share_pct": self.share_pct, "evidence": self.evidence, "fingerprint": self.fingerprint,
+            "doc": f"docs/rules.md#{self.rule.lower()}",
+        }
+
+
+@dataclass(frozen=True)
+class Skipped:
+    rule: str
+    title: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"rule": self.rule, "title": self.title, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    findings: tuple[Finding, ...]
+    skipped: tuple[Skipped, ...]
+    rules_run: tuple[str, ...]
+    suppressed: int = 0
+
+    def reaches(self, fail_on: str) -> bool:
+        """Whether any finding is at or above the `fail_on` severity."""
+        floor = SEVERITIES.index(fail_on)
+        return any(SEVERITIES.index(f.severity) >= floor for f in self.findings)
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready values: DuckDB hands back Decimals for sums and nested lists/dicts for structs."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    return value
+
+
+class _LenientFormatter(string.Formatter):
+    """Message templates never fail on a NULL: `{time_ms:.1f}` of None prints as 'n/a'."""
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        if value is None:
+            return "n/a"
+        try:
+            return super().format_field(value, format_spec)
+        except (ValueError, TypeError):
+            return str(value)
+
+
+_FORMATTER = _LenientFormatter()
+
+
+def missing_requirement(con: duckdb.DuckDBPyConnection, requirement: str) -> str | None:
+    """Why a requirement is not met in this trace, or None when it is."""
+    table, _, column = requirement.partition(".")
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+    ).fetchall()[0][0]
+    if not exists:
+        return f"table {table} is not in the database"
+    if column:
+        if not db.has_column(con, table, column):
+            return f"{table}.{column} is not computed for this trace"
+        if not con.execute(f'SELECT count("{column}") FROM "{table}"').fetchall()[0][0]:
+            return f"no {table}.{column} values in this trace"
+    elif not con.execute(f'SELECT count(*) FROM "{table}"').fetchall()[0][0]:
+        return f"no rows in {table}"
+    return None
+
+
+def _rank_spans(con: duckdb.DuckDBPyConnection) -> dict[int, int]:
+    return {rank: span for rank, span in con.execute(
+        "SELECT rank, end_ns - start_ns FROM trace_info WHERE end_ns > start_ns").fetchall()}
+
+
+def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, params: dict[str, Any], severity: str,
+             spans: dict[int, int]) -> list[Finding]:
+    """Run one rule's query and turn each row into a finding."""
+    used = {name: value for name, value in params.items() if re.search(rf"\${name}\b", rule.query)}
+    cursor = con.execute(rule.query, used)
+    columns = [d[0] for d in cursor.description]
+    if "estimated_saving_ns" not in columns:
+        raise ValueError("query returns no estimated_saving_ns column")
+    findings = []
+    for values in cursor.fetchall():
+        row = {name: plain(value) for name, value in zip(columns, values)}
+        message = _FORMATTER.format(rule.message, **{**params, **row})
+        saving = int(row.get("estimated_saving_ns") or 0)
+        span = spans.get(row["rank"]) if "rank" in row else max(spans.values(), default=None)
+        evidence = {k: v for k, v in row.items() if k not in RESERVED_COLUMNS}
+        if row.get("evidence") is not None:
+            evidence["rows"] = row["evidence"]
+        key = str(row.get("key") or message)
+        findings.append(Finding(
+            rule=rule.id, name=rule.name, severity=severity, title=rule.title, message=message,
+            estimated_saving_ns=saving, share_pct=round(100.0 * saving / span, 3) if span else None,
+            evidence=evidence, key=key, fingerprint=hashlib.sha1(f"{rule.id}\0{key}".encode()).hexdigest()[:16],
+        ))
+    return findings
+
+
+def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
+          known: frozenset[str] = frozenset()) -> CheckResult:
+    """Run the selected rules; findings whose fingerprint is in `known` (a baseline) are suppressed."""
+    spans = _rank_spans(con)
+    findings: list[Finding] = []
+    skipped: list[Skipped] = []
+    run: list[str] = []
+    for rule in rules:
+        if not config.selects(rule):
+            continue
+        reasons = [r for r in (missing_requirement(con, req) for req in rule.requires) if r]
+        if reasons:
+            skipped.append(Skipped(rule.id, rule.title, "; ".join(reasons)))
+            continue
+        try:
+            findings += run_rule(con, rule, config.params_for(rule), config.severity_for(rule), spans)
+        except (duckdb.Error, ValueError, KeyError, IndexError) as exc:
+            skipped.append(Skipped(rule.id, rule.title, f"rule failed: {str(exc).splitlines()[0]}"))
+            continue
+        run.append(rule.id)
+    kept = [f for f in findings if f.fingerprint not in known]
+    kept.sort(key=lambda f: (-f.estimated_saving_ns, -SEVERITIES.index(f.severity), f.rule, f.key))
+    return CheckResult(tuple(kept), tuple(skipped), tuple(run), len(findings) - len(kept))

@@ -1,0 +1,168 @@
+"""Rule files: one TOML file per rule, validated field by field so a bad rule names its file and field.
+
+The format (docs/rules.md) keeps a rule declarative: identity, parameters with defaults and units,
+the tables it needs, one DuckDB query returning a row per finding, a message template, and the
+"why it matters" / "how to fix" text that `traceview rules explain` prints.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
+
+from traceview.errors import TraceviewError
+
+SEVERITIES = ("info", "warning", "error")
+PHASES = ("prefill", "decode", "mixed", "any")
+ID_PATTERN = re.compile(r"^[A-Z]{2,}[0-9]{3,}$")
+NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+REQUIRE_PATTERN = re.compile(r"^[a-z_]+(?:\.[a-z_]+)?$")
+DOC_FIELDS = ("what", "why", "fix")
+TOP_LEVEL = {"id", "name", "title", "severity", "since", "phases", "tags", "requires", "params", "doc", "query",
+             "message"}
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    default: float | int | str | bool
+    unit: str
+    help: str
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One validated rule file."""
+
+    id: str
+    name: str
+    title: str
+    severity: str
+    since: str
+    phases: tuple[str, ...]
+    tags: tuple[str, ...]
+    requires: tuple[str, ...]
+    params: tuple[Param, ...]
+    doc: dict[str, str] = field(hash=False)
+    query: str
+    message: str
+    path: Path
+
+    @property
+    def family(self) -> str:
+        """TV3 for TV301: the hundred the rule belongs to (selection by prefix)."""
+        return self.id[:-2]
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.params}
+
+
+def _fail(path: Path, where: str, problem: str) -> TraceviewError:
+    return TraceviewError(f"{path}: {where}: {problem}")
+
+
+def _get(table: dict, key: str, kind: type | tuple[type, ...], path: Path, where: str = "", *, optional=False):
+    label = f"{where}.{key}" if where else key
+    if key not in table:
+        if optional:
+            return None
+        raise _fail(path, label, "missing")
+    value = table[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        expected = " or ".join(k.__name__ for k in kinds)
+        raise _fail(path, label, f"expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def _strings(values: list, path: Path, where: str) -> tuple[str, ...]:
+    if not all(isinstance(v, str) and v for v in values):
+        raise _fail(path, where, "expected a list of non-empty strings")
+    return tuple(values)
+
+
+def load_rule(path: Path) -> Rule:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceviewError(f"{path}: cannot read rule file ({exc})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise TraceviewError(f"{path}: invalid TOML ({exc})") from None
+    unknown = set(data) - TOP_LEVEL
+    if unknown:
+        raise _fail(path, sorted(unknown)[0], "unknown field")
+    rule_id = _get(data, "id", str, path)
+    if not ID_PATTERN.match(rule_id):
+        raise _fail(path, "id", f"{rule_id!r} is not letters then digits, like TV301")
+    name = _get(data, "name", str, path)
+    if not NAME_PATTERN.match(name):
+        raise _fail(path, "name", f"{name!r} is not kebab-case")
+    severity = _get(data, "severity", str, path)
+    if severity not in SEVERITIES:
+        raise _fail(path, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
+    phases = _strings(_get(data, "phases", list, path), path, "phases")
+    if bad := [p for p in phases if p not in PHASES]:
+        raise _fail(path, "phases", f"{bad[0]!r} is not one of {', '.join(PHASES)}")
+    requires = _strings(_get(data, "requires", list, path), path, "requires")
+    if bad := [r for r in requires if not REQUIRE_PATTERN.match(r)]:
+        raise _fail(path, "requires", f"{bad[0]!r} is not table or table.column")
+    params = []
+    for param_name, spec in (_get(data, "params", dict, path, optional=True) or {}).items():
+        where = f"params.{param_name}"
+        if not isinstance(spec, dict):
+            raise _fail(path, where, "expected a table with default, unit and help")
+        params.append(Param(
+            param_name,
+            _get(spec, "default", (int, float, str, bool), path, where),
+            _get(spec, "unit", str, path, where),
+            _get(spec, "help", str, path, where),
+        ))
+    doc = _get(data, "doc", dict, path)
+    if extra := set(doc) - {*DOC_FIELDS, "example"}:
+        raise _fail(path, f"doc.{sorted(extra)[0]}", "unknown field")
+    for key in DOC_FIELDS:
+        if not str(_get(doc, key, str, path, "doc")).strip():
+            raise _fail(path, f"doc.{key}", "empty")
+    query = _get(data, "query", str, path)
+    if not query.strip():
+        raise _fail(path, "query", "empty")
+    message = _get(data, "message", str, path)
+    try:
+        list(string.Formatter().parse(message))
+    except ValueError as exc:
+        raise _fail(path, "message", f"bad template ({exc})") from None
+    return Rule(
+        id=rule_id, name=name, title=_get(data, "title", str, path), severity=severity,
+        since=_get(data, "since", str, path), phases=phases,
+        tags=_strings(_get(data, "tags", list, path, optional=True) or [], path, "tags"),
+        requires=requires, params=tuple(params), doc={k: str(v).strip() for k, v in doc.items()},
+        query=query, message=message, path=path,
+    )
+
+
+def builtin_rules_dir() -> Path:
+    """The repository's rules/ (also shipped inside the package as traceview/rules/builtin)."""
+    source_tree = Path(__file__).resolve().parents[3] / "rules"
+    return source_tree if source_tree.is_dir() else Path(__file__).resolve().parent / "builtin"
+
+
+def load_rules(extra_dirs: tuple[Path, ...] = ()) -> list[Rule]:
+    """Built-in rules plus a team's own directories; ids must be unique across all of them."""
+    rules: dict[str, Rule] = {}
+    for directory in (builtin_rules_dir(), *extra_dirs):
+        if not directory.is_dir():
+            raise TraceviewError(f"{directory}: rules directory does not exist")
+        for path in sorted(directory.glob("*.toml")):
+            rule = load_rule(path)
+            if rule.id in rules:
+                raise TraceviewError(f"{path}: id {rule.id} is already used by {rules[rule.id].path}")
+            rules[rule.id] = rule
+    return sorted(rules.values(), key=lambda r: r.id)

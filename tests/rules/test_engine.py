@@ -1,0 +1,154 @@
+"""The rule engine: validation, configuration, team rules, baselines, ranking, exit codes."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import traceview
+from conftest import SHARED_TRACES, requires_shared
+from traceview.errors import TraceviewError
+from traceview.rules import RuleConfig, check, find_config, load_config, load_rule, load_rules, with_flags
+from traceview.rules.loader import builtin_rules_dir
+from traceview.testing import llm_serving_spec, write_kineto
+
+OPT = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_opt_A100.sqlite"
+TEAM_RULE = '''
+id = "ACME001"
+name = "too-many-kernels"
+title = "More kernels than the team budget"
+severity = "info"
+since = "1.0"
+phases = ["any"]
+requires = ["kernels"]
+query = "SELECT rank, count(*) AS kernels, 0 AS estimated_saving_ns FROM kernels GROUP BY rank HAVING count(*) > $budget"
+message = "{kernels} kernels (budget {budget})"
+[params.budget]
+default = 100
+unit = "kernels"
+help = "the most kernels a trace may launch"
+[doc]
+what = "Counts kernels."
+why = "Budgets."
+fix = "Fuse."
+'''
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory) -> traceview.Trace:
+    path = write_kineto(llm_serving_spec(), tmp_path_factory.mktemp("s") / "s.json.gz")
+    return traceview.load(path).analyze()
+
+
+def test_team_rule_directory_is_picked_up(tmp_path: Path, serving: traceview.Trace) -> None:
+    (tmp_path / "ACME001-too-many-kernels.toml").write_text(TEAM_RULE)
+    rules = load_rules((tmp_path,))
+    assert "ACME001" in {r.id for r in rules}
+    result = check(serving.con, rules, RuleConfig(select=("ACME",)))
+    assert [f.message for f in result.findings] == ["2480 kernels (budget 100)"]
+    quiet = check(serving.con, rules, RuleConfig(select=("ACME",), params={"ACME001.budget": 5000}))
+    assert not quiet.findings and quiet.rules_run == ("ACME001",)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda t: t.replace('severity = "info"', 'severity = "fatal"'), "severity: 'fatal' is not one of"),
+        (lambda t: t.replace('fix = "Fuse."', ""), "doc.fix: missing"),
+        (lambda t: t.replace('id = "ACME001"', 'id = "acme"'), "id: 'acme' is not letters then digits"),
+        (lambda t: 'colour = "red"\n' + t, "colour: unknown field"),
+        (lambda t: t + 'colour = "red"\n', "doc.colour: unknown field"),
+        (lambda t: t.replace('unit = "kernels"\n', ""), "params.budget.unit: missing"),
+        (lambda t: t.replace('requires = ["kernels"]', 'requires = ["kernels.Name!"]'), "requires: 'kernels.Name!'"),
+    ],
+)
+def test_bad_rule_names_file_and_field(tmp_path: Path, edit, message: str) -> None:
+    path = tmp_path / "ACME001.toml"
+    path.write_text(edit(TEAM_RULE))
+    with pytest.raises(TraceviewError, match=message) as info:
+        load_rule(path)
+    assert str(path) in str(info.value)
+
+
+def test_duplicate_rule_id_is_an_error(tmp_path: Path) -> None:
+    shutil.copy(builtin_rules_dir() / "TV301-fp32-gemm-on-tensor-cores.toml", tmp_path / "copy.toml")
+    with pytest.raises(TraceviewError, match="id TV301 is already used"):
+        load_rules((tmp_path,))
+
+
+def test_config_file_params_severity_and_unknown_parameter(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.traceview]\nselect = ["TV3"]\nfail-on = "warning"\n'
+        '[tool.traceview.params]\n"TV301.min_share_pct" = 5\n[tool.traceview.severity]\nTV301 = "error"\n'
+    )
+    nested = tmp_path / "a" / "b"
+    nested.mkdir(parents=True)
+    config = load_config(find_config(nested))
+    rules = load_rules()
+    config.validate(rules)
+    tv301 = next(r for r in rules if r.id == "TV301")
+    assert config.params_for(tv301) == {"min_share_pct": 5}
+    assert (config.severity_for(tv301), config.fail_on, config.selects(tv301)) == ("error", "warning", True)
+    flagged = with_flags(config, params=("TV301.min_share_pct=7.5",), fail_on="error")
+    assert flagged.params_for(tv301) == {"min_share_pct": 7.5} and flagged.fail_on == "error"
+    with pytest.raises(TraceviewError, match="TV301 has no parameter 'min_share'"):
+        with_flags(config, params=("TV301.min_share=1",)).validate(rules)
+
+
+def test_skipped_rules_say_why(serving: traceview.Trace) -> None:
+    empty = traceview.load(write_kineto(llm_serving_spec().__class__(gpus=llm_serving_spec().gpus, kernels=()),
+                                        Path(serving.source).with_name("empty.json.gz"))).analyze()
+    result = check(empty.con, load_rules(), RuleConfig())
+    reasons = {s.rule: s.reason for s in result.skipped}
+    assert "no kernels.category values" in reasons["TV301"]
+    assert [f.rule for f in result.findings] == ["TV101"]
+
+
+def traceview_cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+@requires_shared
+def test_check_exit_codes_json_and_baseline(tmp_path: Path) -> None:
+    result = traceview_cli("check", OPT, "--format", "json", "--fail-on", "warning")
+    assert result.returncode == 1, result.stderr
+    out = json.loads(result.stdout)
+    savings = [f["estimated_saving_ns"] for f in out["findings"]]
+    assert savings == sorted(savings, reverse=True)
+    assert out["findings"][0]["rule"] == "TV301"
+    assert {"rule", "severity", "title", "message", "estimated_saving_ns", "evidence"} <= out["findings"][0].keys()
+    assert traceview_cli("check", OPT, "--select", "TV301").returncode == 0
+
+    baseline = tmp_path / "baseline.json"
+    wrote = traceview_cli("check", OPT, "--write-baseline", baseline)
+    assert wrote.returncode == 0 and baseline.exists()
+    suppressed = traceview_cli("check", OPT, "--baseline", baseline, "--fail-on", "info", "--format", "json")
+    assert suppressed.returncode == 0, suppressed.stdout
+    assert json.loads(suppressed.stdout)["suppressed_by_baseline"] == len(out["findings"])
+
+
+def test_check_usage_errors(tmp_path: Path) -> None:
+    trace = write_kineto(llm_serving_spec(), tmp_path / "s.json.gz")
+    for args, fragment in (
+        (("--param", "TV301=3"), "expected RULE.PARAM=VALUE"),
+        (("--param", "TV999.x=3"), "no rule TV999"),
+        (("--baseline", tmp_path / "none.json"), "baseline file does not exist"),
+        (("--rules-dir", tmp_path / "nope"), "rules directory does not exist"),
+    ):
+        result = traceview_cli("check", trace, *args)
+        assert result.returncode == 2 and fragment in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def test_rules_list_and_explain() -> None:
+    listed = json.loads(traceview_cli("rules", "--format", "json").stdout)
+    assert {"TV101", "TV301"} <= {r["id"] for r in listed}
+    text = traceview_cli("rules", "explain", "TV301").stdout
+    assert "Why it matters:" in text and "How to fix:" in text and "min_share_pct" in text
+    missing = traceview_cli("rules", "explain", "TV999")
+    assert missing.returncode == 2 and "no rule 'TV999'" in missing.stderr
