@@ -15,6 +15,7 @@ import polars as pl
 from traceview import api
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
+from traceview.rules.docs import explain_text
 from traceview.model import db
 
 TRACE_HELP = "An nsys .sqlite export, a PyTorch profiler .json/.json.gz, a directory of per-rank traces, or a .duckdb from `traceview ingest`."
@@ -351,25 +352,6 @@ def explain(ctx: click.Context, rule_id: str) -> None:
     if not matches:
         raise TraceviewError(f"no rule {rule_id!r} (see `traceview rules`)")
     click.echo(explain_text(matches[0], config))
-
-
-def explain_text(rule, config) -> str:
-    """The text `rules explain` prints and docs/rules.md collects."""
-    lines = [f"{rule.id} {rule.name}: {rule.title}", "",
-             f"severity: {config.severity_for(rule)}    phases: {', '.join(rule.phases)}    "
-             f"tags: {', '.join(rule.tags) or '-'}    since: {rule.since}",
-             f"requires: {', '.join(rule.requires)}", ""]
-    for heading, key in (("What it flags", "what"), ("Why it matters", "why"), ("How to fix", "fix"),
-                         ("Example", "example")):
-        if rule.doc.get(key):
-            lines += [f"{heading}:", *("  " + line for line in rule.doc[key].splitlines()), ""]
-    if rule.params:
-        lines.append("Parameters:")
-        values = config.params_for(rule)
-        lines += [f"  {p.name} = {values[p.name]!r} {p.unit}  ({p.help}; default {p.default!r})" for p in rule.params]
-        lines.append("")
-    lines += ["Query:", *("  " + line for line in rule.query.strip().splitlines())]
-    return "\n".join(lines)
 
 
 @cli.command()

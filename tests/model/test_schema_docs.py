@@ -49,3 +49,10 @@ def test_every_analysis_column_is_documented(tmp_path) -> None:
         assert f"`{name}`" in text, f"{name} is undocumented"
         undocumented = [c for c in columns if f"`{c}`" not in text]
         assert not undocumented, f"{name}: {undocumented}"
+
+
+def test_rules_md_is_current() -> None:
+    from traceview.rules.docs import render_markdown
+
+    expected = (REPO / "docs" / "rules.md").read_text()
+    assert render_markdown() == expected, "run: python -c 'from traceview.rules.docs import render_markdown; print(render_markdown(), end=\"\")' > docs/rules.md"

@@ -1,7 +1,7 @@
 """Every rule's fires/silent cases (tests/rules/cases/<ID>.toml), run by one parametrized test.
 
 A case names a real trace under ../shared/traces (`trace = "nsys/x.sqlite"`) or a generator fixture
-from fixtures.py (`fixture = "serving"`, written as Kineto unless `format = "nsys"`), optional analysis
+from a fixtures*.py module here (`fixture = "serving"`, written as Kineto unless `format = "nsys"`), optional analysis
 `options` and rule `params`, and what must hold: `count`, `min_count`, `message_contains`, `evidence`.
 """
 
@@ -15,14 +15,20 @@ from pathlib import Path
 
 import pytest
 
+import importlib
+
 import traceview
 from conftest import SHARED_TRACES
 from traceview.rules import RuleConfig, check, load_rules
 from traceview.testing import write_kineto, write_nsys
 
-import fixtures
-
 CASES_DIR = Path(__file__).parent / "cases"
+FIXTURES = {
+    name: function
+    for module_path in sorted(Path(__file__).parent.glob("fixtures*.py"))
+    for name, function in vars(importlib.import_module(module_path.stem)).items()
+    if callable(function) and not name.startswith("_") and getattr(function, "__module__", "") == module_path.stem
+}
 RULES = {rule.id: rule for rule in load_rules()}
 
 
@@ -48,7 +54,7 @@ def _trace(case: dict, tmp_path_factory) -> traceview.Trace:
             if not path.exists():
                 pytest.skip(f"{path} is not present")
         else:
-            spec = getattr(fixtures, case["fixture"])()
+            spec = FIXTURES[case["fixture"]]()
             directory = tmp_path_factory.mktemp("rule-case")
             writer, name = (write_nsys, "t.sqlite") if case.get("format") == "nsys" else (write_kineto, "t.json.gz")
             path = writer(spec, directory / name)
