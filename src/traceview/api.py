@@ -85,9 +85,16 @@ class Trace:
         self.close()
 
 
+def connect() -> duckdb.DuckDBPyConnection:
+    """An in-memory database; DuckDB's progress bar would write to stdout and corrupt JSON output."""
+    con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
 def _open_saved(source: Path) -> duckdb.DuckDBPyConnection:
     """Copy a saved database into memory: the file is only ever read, and analysis can add to the copy."""
-    con = duckdb.connect()
+    con = connect()
     try:
         con.execute("ATTACH ? AS saved (READ_ONLY)", [str(source)])
         tables = {name for (name,) in con.execute(
@@ -117,7 +124,7 @@ def load(path: str | os.PathLike) -> Trace:
         raise TraceviewError(f"{source}: no such file or directory")
     if source.is_file() and is_duckdb_file(source):
         return Trace(_open_saved(source), source)
-    con = duckdb.connect()
+    con = connect()
     try:
         ingest(source, con)
     except BaseException:

@@ -76,11 +76,10 @@ class Export:
 
 
 def _batches(cursor: sqlite3.Cursor, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Rows to Arrow in one call per chunk: converting tuples as structs beats one array per column."""
+    row_type = pa.struct(schema)
     while rows := cursor.fetchmany(CHUNK_ROWS):
-        columns = list(zip(*rows))
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(values, type=field.type) for values, field in zip(columns, schema)], schema=schema
-        )
+        yield pa.RecordBatch.from_struct_array(pa.array(rows, type=row_type))
 
 
 def _stage(con: duckdb.DuckDBPyConnection, export: Export, name: str, sql: str, schema: pa.Schema) -> None:
