@@ -158,3 +158,38 @@ def test_unknown_gpu_override_is_a_usage_error(tmp_path: Path) -> None:
     trace = write_kineto(llm_serving_spec(), tmp_path / "s.json.gz")
     assert_one_line_error(traceview("info", trace, "--gpu", "a9000"), "--gpu a9000")
     assert_one_line_error(traceview("info", trace, "--model", "gpt-9"), "--model gpt-9")
+
+
+def test_report_writes_each_format_beside_the_named_file(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_nsys
+
+    trace = write_nsys(llm_serving_spec(), tmp_path / "serve.sqlite")
+    before = hashlib.sha256(trace.read_bytes()).hexdigest()
+    result = traceview("report", trace, "-o", tmp_path / "out" / "run.md", "--format", "md,json")
+    assert_one_line_error(result, "does not exist")
+    (tmp_path / "out").mkdir()
+    result = traceview("report", trace, "-o", tmp_path / "out" / "run.md", "--format", "md,json")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.json", "run.md"]
+    data = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert data["summary"]["kernels"] == 2480 and data["schema_version"] == 1
+    assert hashlib.sha256(trace.read_bytes()).hexdigest() == before
+
+
+def test_report_to_stdout_and_input_protection(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "serve.json")
+    result = traceview("report", trace, "--format", "md", "-o", "-")
+    assert result.returncode == 0 and result.stdout.startswith("## traceview report")
+    assert_one_line_error(traceview("report", trace, "--format", "md,json", "-o", "-"), "writes one format")
+    assert_one_line_error(traceview("report", trace, "--format", "json", "-o", trace), "refusing to overwrite")
+    assert_one_line_error(traceview("report", trace, "--format", "pdf"), "choose from html, md, json")
+
+
+def test_report_without_trace_uses_the_bundled_sample(tmp_path: Path) -> None:
+    result = subprocess.run([sys.executable, "-m", "traceview", "report", "--format", "json"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["trace"]["files"][0].endswith("sample_traces/llm_serving.pt.trace.json.gz")

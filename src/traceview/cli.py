@@ -12,9 +12,10 @@ import click
 import duckdb
 import polars as pl
 
-from traceview import api
+from traceview import __version__, api
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
+from traceview.files import write_atomically
 from traceview.rules.docs import explain_text
 from traceview.model import db
 
@@ -425,6 +426,78 @@ def check_text(result) -> str:
     lines.append(f"{len(result.findings)} findings ({counts['error']} errors, {counts['warning']} warnings, "
                  f"{counts['info']} info), {len(result.skipped)} rules skipped{suppressed}")
     return "\n".join(lines)
+
+
+SAMPLE_TRACE = Path(__file__).resolve().parents[2] / "sample_traces" / "llm_serving.pt.trace.json.gz"
+REPORT_FORMATS = ("html", "md", "json")
+
+
+def _report_formats(text: str) -> tuple[str, ...]:
+    formats = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+    unknown = [f for f in formats if f not in REPORT_FORMATS]
+    if unknown or not formats:
+        raise TraceviewError(f"--format {text!r}: choose from {', '.join(REPORT_FORMATS)} (comma-separated)")
+    return formats
+
+
+def _report_targets(output: str | None, formats: tuple[str, ...], inputs: list[Path]) -> dict[str, Path | None]:
+    """Where each format goes: -o names the HTML (or the one format); the rest land beside it."""
+    if output == "-":
+        if len(formats) != 1:
+            raise TraceviewError("-o - writes one format to stdout: pick it with --format")
+        return {formats[0]: None}
+    base = Path(output) if output else Path("report." + formats[0])
+    stem = base.with_suffix("") if base.suffix.lower() in {".html", ".htm", ".md", ".json"} else base
+    targets = {fmt: (base if fmt == formats[0] and output else stem.with_suffix("." + fmt)) for fmt in formats}
+    resolved_inputs = {p.resolve() for p in inputs}
+    for target in targets.values():
+        if target.resolve() in resolved_inputs:
+            raise TraceviewError(f"{target}: refusing to overwrite the input trace")
+        if not target.parent.exists():
+            raise TraceviewError(f"{target}: directory {target.parent} does not exist")
+    return targets
+
+
+@cli.command()
+@click.argument("trace", type=click.Path(path_type=Path), required=False)
+@click.option("-o", "--output", help="The report file (HTML by default); other formats land beside it. '-' = stdout.")
+@click.option("--format", "formats", default="html,md,json", show_default=True,
+              help="Comma-separated formats: html, md, json.")
+@_rule_config_options
+@_analysis_options
+def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> None:
+    """Write the report for TRACE: one self-contained HTML file, a Markdown summary, versioned JSON.
+
+    With no TRACE it runs on the bundled sample trace.
+
+    \b
+    Example:
+      traceview report run.sqlite -o run.html          # run.html, run.md, run.json
+      traceview report trace.json.gz --format md -o -  # Markdown for a PR comment on stdout
+    """
+    from traceview.report import renderer
+    from traceview.report.data import build_report
+    from traceview.rules import check as run_check
+
+    if trace is None:
+        if not SAMPLE_TRACE.exists():
+            raise TraceviewError("no TRACE given and the bundled sample trace is not available")
+        trace = SAMPLE_TRACE
+    chosen = _report_formats(formats)
+    analysis = _analysis(kwargs)
+    config, loaded_rules = _rule_setup(kwargs)
+    with api.load(trace) as loaded:
+        inputs = [Path(f) for (f,) in loaded.con.execute("SELECT file FROM trace_info").fetchall()] + [trace]
+        targets = _report_targets(output, chosen, inputs)
+        loaded.analyze(analysis)
+        data = build_report(loaded.con, run_check(loaded.con, loaded_rules, config), __version__)
+    for fmt, target in targets.items():
+        text = renderer(fmt).render(data)
+        if target is None:
+            click.echo(text, nl=False)
+        else:
+            write_atomically(target, text)
+            click.echo(f"wrote {target}", err=True)
 
 
 def reference_markdown() -> str:

@@ -7,11 +7,10 @@ message), so a baseline survives re-profiling as long as the problem is the same
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from traceview.errors import TraceviewError
+from traceview.files import write_atomically
 from traceview.rules.engine import Finding
 
 BASELINE_VERSION = 1
@@ -33,11 +32,4 @@ def write_baseline(path: Path, findings: tuple[Finding, ...]) -> None:
         ({"rule": f.rule, "fingerprint": f.fingerprint, "message": f.message} for f in findings),
         key=lambda e: (e["rule"], e["fingerprint"]),
     )
-    text = json.dumps({"schema_version": BASELINE_VERSION, "findings": entries}, indent=1) + "\n"
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise TraceviewError(f"{path}: cannot write baseline ({exc})") from None
+    write_atomically(path, json.dumps({"schema_version": BASELINE_VERSION, "findings": entries}, indent=1) + "\n")

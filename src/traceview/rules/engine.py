@@ -35,13 +35,14 @@ class Finding:
     evidence: dict[str, Any] = field(hash=False)
     key: str
     fingerprint: str
+    fix: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule, "name": self.name, "severity": self.severity, "title": self.title,
             "message": self.message, "estimated_saving_ns": self.estimated_saving_ns,
             "share_pct": self.share_pct, "evidence": self.evidence, "fingerprint": self.fingerprint,
-            "doc": f"docs/rules.md#{self.rule.lower()}",
+            "fix": self.fix, "doc": f"docs/rules.md#{self.rule.lower()}",
         }
 
 
@@ -141,6 +142,7 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, params: dict[str, Any],
             rule=rule.id, name=rule.name, severity=severity, title=rule.title, message=message,
             estimated_saving_ns=saving, share_pct=round(100.0 * saving / span, 3) if span else None,
             evidence=evidence, key=key, fingerprint=hashlib.sha1(f"{rule.id}\0{key}".encode()).hexdigest()[:16],
+            fix=rule.doc["fix"],
         ))
     return findings
 

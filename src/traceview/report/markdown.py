@@ -1,0 +1,77 @@
+"""The Markdown report: a summary that fits a GitHub PR comment (well under 60,000 characters).
+
+Everything that comes from the trace (kernel names, NVTX text, messages) goes through `cell()`, so
+a name like `<script>` or one holding `|` stays inert text in a rendered comment.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceview.report.format import duration, number, percent
+
+NAME = "md"
+EXTENSION = "md"
+TOP_FINDINGS = 10
+TOP_KERNELS = 10
+MAX_NAME = 80
+
+
+def cell(value: Any, limit: int = MAX_NAME) -> str:
+    """Inert Markdown table text: no HTML, no table breaks, no code spans, one line."""
+    text = " ".join(str(value if value is not None else "").split())
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
+    for raw, safe in (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"), ("|", "\\|"), ("`", "'"), ("*", "\\*"),
+                      ("_", "\\_"), ("[", "\\["), ("]", "\\]")):
+        text = text.replace(raw, safe)
+    return text
+
+
+def render(data: dict[str, Any]) -> str:
+    trace, gpu, summary = data["trace"], data["gpu"], data["summary"]
+    files = ", ".join(cell(f.rsplit("/", 1)[-1], 120) for f in trace["files"][:4])
+    more = f" (+{len(trace['files']) - 4} more)" if len(trace["files"]) > 4 else ""
+    gpu_line = cell(gpu.get("spec_name") or gpu.get("name") or "unknown GPU")
+    lines = [
+        "## traceview report",
+        "",
+        f"**Trace** {files}{more} · {cell(trace['format'])} {cell(trace['producer_version'] or '')} · "
+        f"**GPU** {gpu_line} · span {duration(trace['span_ns'])} · {number(summary['kernels'])} kernels",
+        "",
+        *[f"> {cell(line, 400)}" for line in data["verdict"]],
+        "",
+    ]
+    if data["phases"]:
+        lines += ["| phase | steps | wall | GPU busy | bound | % of roof | TB/s | TFLOP/s |",
+                  "|---|---:|---:|---:|---|---:|---:|---:|"]
+        for p in data["phases"]:
+            bound = f"{p['bound']} ({p['bound_source'].replace('_', ' ')})" if p["bound"] else "n/a"
+            lines.append(f"| {p['phase']} | {number(p['steps'])} | {duration(p['time_ns'])} | {duration(p['gpu_busy_ns'])} "
+                         f"| {bound} | {percent(p['pct_of_roof'])} | {number(p['achieved_tbps'], 2)} "
+                         f"| {number(p['achieved_tflops'], 1)} |")
+        lines.append("")
+    findings = data["findings"]
+    lines.append(f"### Findings ({len(findings)})")
+    lines.append("")
+    if findings:
+        lines += ["| rule | severity | saving | finding |", "|---|---|---:|---|"]
+        for f in findings[:TOP_FINDINGS]:
+            lines.append(f"| {f['rule']} | {f['severity']} | {duration(f['estimated_saving_ns'])} | {cell(f['message'], 300)} |")
+        if len(findings) > TOP_FINDINGS:
+            lines.append(f"| | | | … {len(findings) - TOP_FINDINGS} more in the HTML/JSON report |")
+    else:
+        lines.append("No findings.")
+    lines.append("")
+    if data["top_kernels"]:
+        lines += ["### Top kernels", "", "| kernel | category | count | time | share |", "|---|---|---:|---:|---:|"]
+        for k in data["top_kernels"][:TOP_KERNELS]:
+            lines.append(f"| {cell(k['short_name'])} | {cell(k['category'])} | {number(k['count'])} "
+                         f"| {duration(k['time_ns'])} | {percent(k['share_pct'])} |")
+        lines.append("")
+    skipped = data["capture"]["skipped_rules"]
+    if skipped:
+        lines.append(f"<sub>{len(skipped)} rules skipped (missing data): "
+                     + ", ".join(s["rule"] for s in skipped) + "</sub>")
+    lines.append(f"<sub>traceview {data['generator']['version']}</sub>")
+    return "\n".join(lines) + "\n"
