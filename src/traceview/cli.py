@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 from decimal import Decimal
@@ -498,6 +499,98 @@ def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> No
         else:
             write_atomically(target, text)
             click.echo(f"wrote {target}", err=True)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--jobs", type=click.IntRange(min=1), help="Worker processes (default: the number of cores).")
+@click.option("--fail-on", type=click.Choice(["info", "warning", "error"]),
+              help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")
+@click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), help="Suppress known findings.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the audit as JSON.")
+@click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), help="Write JUnit XML.")
+@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False),
+              help="Write Markdown (also appended to $GITHUB_STEP_SUMMARY when set).")
+@click.option("--reports-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write each trace's report (html, md, json) into this directory.")
+@_rule_config_options
+@_analysis_options
+def audit(paths: tuple[str, ...], jobs: int | None, fail_on: str | None, baseline: Path | None,
+          json_path: Path | None, junit_path: Path | None, markdown_path: Path | None, reports_dir: Path | None,
+          **kwargs) -> None:
+    """Audit many traces (files, directories, globs; nsys and Kineto mixed) in parallel, for CI.
+
+    A directory of per-rank traces is audited as one job with per-rank rows and a straggler view.
+    Exit code: 0 clean, 1 a finding at or above --fail-on, 2 bad usage or an unreadable trace.
+
+    \b
+    Example:
+      traceview audit traces/ --junit audit.xml --markdown audit.md --fail-on warning
+    """
+    from traceview import audit as auditing
+    from traceview.report import audit_markdown, junit
+    from traceview.rules.baseline import read_baseline
+
+    analysis = _analysis(kwargs)
+    config, loaded_rules = _rule_setup(kwargs, fail_on=fail_on, baseline=baseline)
+    for out in (json_path, junit_path, markdown_path):
+        if out and not out.parent.exists():
+            raise TraceviewError(f"{out}: directory {out.parent} does not exist")
+    if reports_dir:
+        reports_dir.mkdir(parents=True, exist_ok=True)
+    targets, missing = auditing.discover(list(paths))
+    options = auditing.AuditOptions(
+        analysis=analysis, config=config, rules=tuple(loaded_rules),
+        known=read_baseline(config.baseline) if config.baseline else frozenset(),
+        reports_dir=str(reports_dir) if reports_dir else None,
+    )
+    interactive = sys.stderr.isatty()
+
+    def progress(done: int, total: int, row: dict) -> None:
+        status = "error" if row["status"] == "error" else f"{len(row['findings'])} findings"
+        if interactive:
+            width = 30
+            bar = "#" * (width * done // total) + "-" * (width - width * done // total)
+            click.echo(f"\r[{bar}] {done}/{total} {Path(row['path']).name[:40]:<40}", err=True, nl=done == total)
+        else:
+            click.echo(f"audit {done}/{total} {row['path']}: {status}", err=True)
+
+    rows = auditing.run(targets, options, jobs or auditing.default_jobs(), progress) + missing
+    document = auditing.summarise(sorted(rows, key=lambda r: r["path"]), config.fail_on, tuple(loaded_rules))
+    if json_path:
+        write_atomically(json_path, json.dumps(document, indent=1, sort_keys=True) + "\n")
+    if junit_path:
+        write_atomically(junit_path, junit.render(document))
+    text = audit_markdown.render(document)
+    if markdown_path:
+        write_atomically(markdown_path, text)
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary_file:
+        with open(summary_file, "a", encoding="utf-8") as f:
+            f.write(text)
+    click.echo(audit_text(document))
+    sys.exit(document["exit_code"])
+
+
+def audit_text(document: dict) -> str:
+    rows = []
+    for row in document["rows"]:
+        if row["status"] == "error":
+            rows.append({"trace": row["path"], "gpu": "", "steps": None, "phases": "", "E": None, "W": None, "I": None,
+                         "top finding": f"error: {row['error']}"})
+        else:
+            sev = row["findings_by_severity"]
+            rows.append({"trace": row["path"], "gpu": row["gpu"] or "-", "steps": row["steps"],
+                         "phases": ", ".join(f"{n} {p}" for p, n in row["phases"].items()),
+                         "E": sev["error"], "W": sev["warning"], "I": sev["info"], "top finding": row["top_finding"] or ""})
+    counts = document["findings"]
+    footer = (f"{document['traces']} traces, {document['errors']} unreadable; findings: {counts['error']} errors, "
+              f"{counts['warning']} warnings, {counts['info']} info; exit {document['exit_code']}")
+    if not rows:
+        return footer
+    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=70, tbl_width_chars=220,
+                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
+        return str(pl.DataFrame(rows)) + "\n" + footer
 
 
 def reference_markdown() -> str:

@@ -1,0 +1,224 @@
+"""Audit many traces at once, for CI: discover traces, run ingest + analysis + rules on each in
+worker processes, and collect one plain, JSON-ready row per trace (sorted, so output is identical
+from run to run). One bad trace is one error row, never the end of the run.
+
+A directory whose trace files all name distinct ranks (`rank3`, `worker_5`, ...) is one multi-rank
+job: it gets per-rank rows and a straggler view.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from traceview.errors import TraceviewError
+
+AUDIT_VERSION = 1
+SEVERITIES = ("error", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One unit of work: a trace file, or a directory holding the ranks of one job."""
+
+    path: str
+    kind: str  # "file" | "job"
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """Everything a worker needs, picklable: analysis options, rule configuration, report settings."""
+
+    analysis: Any
+    config: Any
+    rules: tuple = ()
+    known: frozenset[str] = frozenset()
+    reports_dir: str | None = None
+    report_formats: tuple[str, ...] = ("html", "md", "json")
+    extra: dict = field(default_factory=dict)
+
+
+def _is_job_dir(directory: Path, files: list[Path]) -> bool:
+    from traceview.ingest import RANK_IN_NAME
+
+    ranks = [RANK_IN_NAME.search(f.name) for f in files]
+    return len(files) >= 2 and all(ranks) and len({int(m.group(1)) for m in ranks}) == len(files)
+
+
+def discover(arguments: list[str]) -> tuple[list[Target], list[dict]]:
+    """Targets from files, directories (walked) and globs; arguments that match nothing are error rows."""
+    targets: list[Target] = []
+    errors: list[dict] = []
+    for argument in arguments:
+        paths = [Path(p) for p in sorted(glob.glob(argument, recursive=True))] if glob.has_magic(argument) else [Path(argument)]
+        if not paths or not paths[0].exists():
+            errors.append(_error_row(argument, "no such file or directory"))
+            continue
+        for path in paths:
+            if path.is_dir():
+                targets += _walk(path)
+            else:
+                targets.append(Target(str(path), "file"))
+    unique = {t.path: t for t in targets}
+    return sorted(unique.values(), key=lambda t: t.path), errors
+
+
+def _walk(directory: Path) -> list[Target]:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+    if _is_job_dir(directory, files):
+        return [Target(str(directory), "job")]
+    found = [Target(str(f), "file") for f in files]
+    for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        found += _walk(sub)
+    return found
+
+
+def _error_row(path: str, message: str) -> dict:
+    return {"path": path, "kind": "file", "status": "error", "error": message}
+
+
+def _rank_rows(con) -> list[dict]:
+    from traceview.rules.engine import plain
+
+    cursor = con.execute(
+        """
+        SELECT k.rank, count(*) AS kernels, sum(k.dur_ns)::BIGINT AS kernel_time_ns,
+               coalesce(sum(k.dur_ns) FILTER (WHERE k.category = 'communication'), 0)::BIGINT AS comm_time_ns,
+               coalesce(sum(k.dur_ns) FILTER (WHERE k.category <> 'communication'), 0)::BIGINT AS compute_time_ns,
+               max(k.end_ns) - min(k.start_ns) AS gpu_span_ns
+        FROM kernels k GROUP BY k.rank ORDER BY k.rank
+        """
+    )
+    names = [d[0] for d in cursor.description]
+    return [{n: plain(v) for n, v in zip(names, row)} for row in cursor.fetchall()]
+
+
+def straggler_view(ranks: list[dict]) -> dict | None:
+    """Which rank differs most: compute time (the straggler) and collective wait (the ranks that wait).
+
+    In a synchronous job the slowest rank computes longest and waits least in collectives; the
+    others spend the difference waiting inside the collective kernels.
+    """
+    if len(ranks) < 2:
+        return None
+
+    def spread(key: str) -> dict:
+        values = sorted(r[key] for r in ranks)
+        median = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        top = max(ranks, key=lambda r: abs(r[key] - median))
+        return {"median_ns": median, "max_ns": values[-1], "min_ns": values[0],
+                "max_over_median": values[-1] / median if median else None,
+                "most_different_rank": top["rank"], "most_different_ns": top[key]}
+
+    compute, comm = spread("compute_time_ns"), spread("comm_time_ns")
+    slowest = max(ranks, key=lambda r: r["compute_time_ns"])
+    return {"compute": compute, "collective_wait": comm, "straggler_rank": slowest["rank"],
+            "straggler_excess_ns": slowest["compute_time_ns"] - compute["median_ns"]}
+
+
+def audit_one(target: Target, options: AuditOptions) -> dict:
+    """Ingest, analyse and check one target; any failure becomes this target's error row."""
+    from traceview import __version__, api
+    from traceview.rules import check
+
+    row: dict[str, Any] = {"path": target.path, "kind": target.kind}
+    try:
+        with api.load(target.path) as trace:
+            trace.analyze(options.analysis)
+            result = check(trace.con, list(options.rules), options.config, options.known)
+            info = trace.con.execute(
+                "SELECT any_value(source_format), count(*), any_value(world_size) FROM trace_info").fetchall()[0]
+            gpu = trace.con.execute(
+                """SELECT coalesce(d.spec_id, nullif(d.name, ''), 'unknown') FROM kernels k
+                   JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+                   GROUP BY ALL ORDER BY sum(k.dur_ns) DESC LIMIT 1""").fetchall()
+            phases = dict(trace.con.execute("SELECT phase, count(*) FROM steps GROUP BY phase ORDER BY phase").fetchall())
+            findings = [
+                {"rule": f.rule, "severity": f.severity, "title": f.title, "message": f.message,
+                 "estimated_saving_ns": f.estimated_saving_ns, "fingerprint": f.fingerprint}
+                for f in result.findings
+            ]
+            row.update(
+                status="ok", format=info[0], ranks=info[1], world_size=info[2],
+                gpu=gpu[0][0] if gpu else None,
+                kernels=trace.scalar("SELECT count(*) FROM kernels"),
+                steps=sum(phases.values()), phases=phases,
+                findings=findings,
+                findings_by_severity={s: sum(f["severity"] == s for f in findings) for s in SEVERITIES},
+                top_finding=findings[0]["message"] if findings else None,
+                skipped=[s.to_dict() for s in result.skipped], rules_run=list(result.rules_run),
+                suppressed=result.suppressed,
+            )
+            if target.kind == "job":
+                row["rank_rows"] = _rank_rows(trace.con)
+                row["stragglers"] = straggler_view(row["rank_rows"])
+            if options.reports_dir:
+                row["reports"] = _write_reports(trace, result, target, options, __version__)
+    except TraceviewError as exc:
+        row.update(status="error", error=exc.format_message())
+    except Exception as exc:  # noqa: BLE001 - one bad trace must not end the audit
+        row.update(status="error", error=f"unexpected: {type(exc).__name__}: {exc}",
+                   traceback=traceback.format_exc(limit=5))
+    return row
+
+
+def _write_reports(trace, result, target: Target, options: AuditOptions, version: str) -> list[str]:
+    from traceview.files import write_atomically
+    from traceview.report import renderer
+    from traceview.report.data import build_report
+
+    data = build_report(trace.con, result, version)
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(target.path).name)
+    written = []
+    for fmt in options.report_formats:
+        path = Path(options.reports_dir) / f"{stem}.{renderer(fmt).EXTENSION}"
+        write_atomically(path, renderer(fmt).render(data))
+        written.append(str(path))
+    return written
+
+
+def run(targets: list[Target], options: AuditOptions, jobs: int,
+        progress: Callable[[int, int, dict], None] | None = None) -> list[dict]:
+    """Audit targets in `jobs` worker processes (1 = in this process); rows come back sorted by path."""
+    rows: list[dict] = []
+    if jobs <= 1 or len(targets) <= 1:
+        for target in targets:
+            rows.append(audit_one(target, options))
+            if progress:
+                progress(len(rows), len(targets), rows[-1])
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(audit_one, target, options) for target in targets]
+            for future in as_completed(futures):
+                rows.append(future.result())
+                if progress:
+                    progress(len(rows), len(targets), rows[-1])
+    return sorted(rows, key=lambda r: r["path"])
+
+
+def summarise(rows: list[dict], fail_on: str, rules: tuple = ()) -> dict:
+    """The audit document (JSON output, JUnit and Markdown are rendered from it)."""
+    ok = [r for r in rows if r["status"] == "ok"]
+    counts = {s: sum(r["findings_by_severity"][s] for r in ok) for s in SEVERITIES}
+    floor = SEVERITIES.index(fail_on)
+    failing = any(counts[s] for s in SEVERITIES[: floor + 1])
+    errors = sum(r["status"] == "error" for r in rows)
+    return {
+        "schema_version": AUDIT_VERSION,
+        "fail_on": fail_on,
+        "traces": len(rows),
+        "errors": errors,
+        "findings": counts,
+        "exit_code": 2 if errors else (1 if failing else 0),
+        "rules": {rule.id: f"{rule.name}: {rule.title}" for rule in rules},
+        "rows": rows,
+    }
+
+
+def default_jobs() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
