@@ -593,6 +593,83 @@ def audit_text(document: dict) -> str:
         return str(pl.DataFrame(rows)) + "\n" + footer
 
 
+def _load_report(path: Path, analysis, config, loaded_rules) -> dict:
+    """A side of a diff: a saved JSON report as it is, or a trace analysed and checked now."""
+    from traceview.report.data import SCHEMA_VERSION, build_report
+    from traceview.rules import check as run_check
+
+    if path.is_file() and path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = None
+        if isinstance(data, dict) and data.get("generator", {}).get("name") == "traceview":
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise TraceviewError(f"{path}: report schema_version {data.get('schema_version')} is not {SCHEMA_VERSION}")
+            return data
+    with api.load(path) as loaded:
+        loaded.analyze(analysis)
+        return build_report(loaded.con, run_check(loaded.con, loaded_rules, config), __version__)
+
+
+def _percent_option(text: str | None) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise TraceviewError(f"--fail-on-regression {text!r}: expected a percentage such as 5%") from None
+    if value < 0:
+        raise TraceviewError(f"--fail-on-regression {text!r}: must not be negative")
+    return value
+
+
+@cli.command()
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("head", type=click.Path(path_type=Path))
+@click.option("-o", "--output", help="The diff file; other formats land beside it. Default: stdout for one format.")
+@click.option("--format", "formats", default="md", show_default=True, help="Comma-separated: md, json.")
+@click.option("--fail-on-regression", "fail_on_regression", metavar="PCT",
+              help="Exit 1 when a phase's median step time or the total GPU busy time grows by more than PCT (e.g. 5%).")
+@click.option("--threshold", default=5.0, show_default=True, type=click.FloatRange(min=0),
+              help="Smallest change, in percent, worth reporting for steps and kernels.")
+@_rule_config_options
+@_analysis_options
+def diff(base: Path, head: Path, output: str | None, formats: str, fail_on_regression: str | None, threshold: float,
+         **kwargs) -> None:
+    """Compare BASE with HEAD (traces, rank directories or JSON reports from `traceview report`).
+
+    \b
+    Example:
+      traceview diff main.json.gz pr.json.gz --fail-on-regression 5%
+      traceview diff baseline-report.json pr.sqlite --format md -o -
+    """
+    from traceview.diff import build_diff
+    from traceview.report import diff_markdown, json_report
+
+    limit = _percent_option(fail_on_regression)
+    chosen = tuple(dict.fromkeys(f.strip() for f in formats.split(",") if f.strip()))
+    if not chosen or any(f not in ("md", "json") for f in chosen):
+        raise TraceviewError(f"--format {formats!r}: choose from md, json (comma-separated)")
+    analysis = _analysis(kwargs)
+    config, loaded_rules = _rule_setup(kwargs)
+    if output is None:
+        output = "-" if len(chosen) == 1 else "diff." + chosen[0]
+    targets = _report_targets(output, chosen, [base, head])
+    result = build_diff(_load_report(base, analysis, config, loaded_rules), _load_report(head, analysis, config, loaded_rules),
+                        threshold_pct=threshold, kernel_threshold_pct=threshold, fail_on_regression_pct=limit)
+    for fmt, target in targets.items():
+        text = (diff_markdown if fmt == "md" else json_report).render(result)
+        if target is None:
+            click.echo(text, nl=False)
+        else:
+            write_atomically(target, text)
+            click.echo(f"wrote {target}", err=True)
+    for regression in result["regressions"]:
+        click.echo(f"regression: {regression}", err=True)
+    sys.exit(result["exit_code"])
+
+
 def reference_markdown() -> str:
     """docs/cli.md: every command's --help, so the reference cannot drift from the code."""
     parts = ["# traceview command line", "",

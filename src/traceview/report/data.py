@@ -130,6 +130,14 @@ def _top_kernels(con) -> list[dict[str, Any]]:
         FROM kernels k GROUP BY k.short_name ORDER BY time_ns DESC, k.short_name LIMIT {TOP_KERNELS}""")
 
 
+def _kernel_families(con) -> list[dict[str, Any]]:
+    """Every kernel family (short name and category) with its time: what `traceview diff` compares."""
+    return _rows(con, """
+        SELECT short_name, category, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
+               string_agg(DISTINCT phase, ', ' ORDER BY phase) AS phases
+        FROM kernels GROUP BY short_name, category ORDER BY time_ns DESC, short_name, category""")
+
+
 def _categories(con) -> list[dict[str, Any]]:
     return _rows(con, """
         SELECT phase, category, kernels, time_ns, 100.0 * time_ns / sum(time_ns) OVER (PARTITION BY phase) AS share_of_phase_pct
@@ -194,6 +202,7 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: s
         "phases": _phases(con),
         "steps": _steps(con),
         "top_kernels": _top_kernels(con),
+        "kernel_families": _kernel_families(con),
         "categories": _categories(con),
         "roofline": _roofline(con),
         "findings": [f.to_dict() for f in result.findings],
