@@ -80,9 +80,13 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
             SELECT rank, pid, tid, name, correlation_id FROM api_calls
             WHERE correlation_id IS NOT NULL AND is_launch
             QUALIFY row_number() OVER (PARTITION BY rank, pid, correlation_id ORDER BY start_ns) = 1
+        ),
+        -- number rows on a narrow projection: sorting full rows (long names) doubles peak memory
+        ids AS (
+            SELECT rowid AS row, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, name) - 1 AS id
+            FROM _stage_kernels
         )
-        SELECT k.rank,
-               row_number() OVER (PARTITION BY k.rank ORDER BY k.start_ns, k.end_ns, k.stream_id, k.correlation_id) - 1,
+        SELECT k.rank, ids.id,
                k.device_id, k.stream_id, coalesce(a.pid, k.pid), a.tid,
                k.start_ns, k.end_ns, k.end_ns - k.start_ns, k.name, k.short_name,
                k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z,
@@ -90,6 +94,7 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
                CASE WHEN a.name GLOB '*GraphLaunch*' OR k.graph_replay THEN 'graph' ELSE 'eager' END,
                a.name, k.graph_id, k.graph_node_id, k.external_id
         FROM _stage_kernels k
+        JOIN ids ON ids.row = k.rowid
         LEFT JOIN launches a
           ON a.rank = k.rank AND a.correlation_id = k.correlation_id {pid_match}
         """
@@ -120,8 +125,11 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _ranges_numbered AS
-        SELECT *, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC, kind, name) - 1 AS range_id
-        FROM _stage_ranges
+        WITH ids AS (
+            SELECT rowid AS row, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS range_id
+            FROM _stage_ranges
+        )
+        SELECT r.*, ids.range_id FROM _stage_ranges r JOIN ids ON ids.row = r.rowid
         """
     )
     con.execute(
