@@ -54,7 +54,7 @@ def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
         r"""
         INSERT INTO api_calls
         SELECT rank,
-               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, correlation_id) - 1,
+               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, pid, tid, correlation_id, name) - 1,
                pid, tid, clean_name, api, start_ns, end_ns, end_ns - start_ns, correlation_id,
                (clean_name GLOB '*Launch*' AND NOT clean_name GLOB '*LaunchHostFunc*'),
                (clean_name GLOB '*Synchronize*'
@@ -106,7 +106,7 @@ def finish_memops(con: duckdb.DuckDBPyConnection) -> None:
         """
         INSERT INTO memops
         SELECT rank,
-               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, stream_id, correlation_id) - 1,
+               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, kind) - 1,
                kind, copy_kind, bytes, src_kind, dst_kind, device_id, stream_id, pid,
                start_ns, end_ns, end_ns - start_ns, correlation_id, name
         FROM _stage_memops

@@ -30,3 +30,17 @@ def size(num_bytes: float | None) -> str:
         if abs(num_bytes) >= scale:
             return f"{num_bytes / scale:.3g} {unit}"
     return f"{num_bytes:.0f} B"
+
+
+def _significant(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def tflops(value: float | None) -> str:
+    """Achieved or peak compute rate: '989 TFLOP/s', '15.9 TFLOP/s'."""
+    return "n/a" if value is None else f"{_significant(value)} TFLOP/s"
+
+
+def tbps(value: float | None) -> str:
+    """Achieved or peak memory bandwidth: '3.35 TB/s'."""
+    return "n/a" if value is None else f"{_significant(value)} TB/s"
