@@ -1,0 +1,280 @@
+"""Altair charts for the HTML report, each built from ReportData alone.
+
+Every function returns an altair chart, or None when the data has nothing to draw (the page then
+says so in words instead of showing an empty chart). Times are plotted in ms; data is trimmed to
+the fields a chart uses so the page stays small.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import altair as alt
+import polars as pl
+
+from traceview.report.data import PHASE_ORDER
+
+WIDTH = 980
+MAX_STEP_BARS = 400  # above this, steps are averaged in buckets so the chart stays readable
+MAX_LABEL = 140  # kernel names in tooltips are cut to this many characters
+PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "unknown": "#9d9d9d",
+                "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
+TIME_PARTS = (  # the accounting terms, in stacking order, with their colours
+    ("roofline floor", "#4c78a8"),
+    ("kernel inefficiency", "#e45756"),
+    ("GPU busy (no roofline split)", "#72b7b2"),
+    ("GPU idle", "#f2a541"),
+    ("outside GPU", "#bab0ac"),
+)
+FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
+
+
+def _config(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
+    return chart.configure(font=FONT).configure_view(stroke="#ddd").configure_axis(
+        labelColor="#333", titleColor="#333", gridColor="#eee", labelFontSize=11, titleFontSize=12,
+    ).configure_legend(labelFontSize=11, titleFontSize=12, labelLimit=260, symbolOpacity=1)
+
+
+def _label(value: Any) -> str:
+    text = " ".join(str(value if value is not None else "").split())
+    return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
+
+
+def _positive(value: float | None) -> bool:
+    """A value a log axis can place."""
+    return value is not None and math.isfinite(value) and value > 0
+
+
+def _ms(ns: float | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 6)
+
+
+def _phase_scale(phases: list[str]) -> alt.Scale:
+    return alt.Scale(domain=phases, range=[PHASE_COLORS.get(p, "#888") for p in phases])
+
+
+def _ordered_phases(values: list[str]) -> list[str]:
+    order = {p: i for i, p in enumerate(PHASE_ORDER)}
+    return sorted(set(values), key=lambda p: (order.get(p, 99), p))
+
+
+def phase_time(data: dict[str, Any]) -> alt.Chart | None:
+    """Stacked bars: each phase's wall time split into roofline floor, inefficiency, idle and outside-GPU."""
+    rows = []
+    for p in data["phases"]:
+        wall = p["time_ns"] or 0
+        if p["roofline_ns"] is not None and p["kernel_inefficiency_ns"] is not None:
+            busy = [("roofline floor", p["roofline_ns"]), ("kernel inefficiency", p["kernel_inefficiency_ns"])]
+        else:
+            busy = [("GPU busy (no roofline split)", p["gpu_busy_ns"])]
+        for part, ns in (*busy, ("GPU idle", p["idle_ns"]), ("outside GPU", p["outside_gpu_ns"])):
+            if ns:
+                rows.append({"phase": p["phase"] or "none", "part": part, "order": [t[0] for t in TIME_PARTS].index(part),
+                             "ms": _ms(ns), "pct": round(100.0 * ns / wall, 2) if wall else None})
+    if not rows:
+        return None
+    parts = [t for t in TIME_PARTS if any(r["part"] == t[0] for r in rows)]
+    phases = _ordered_phases([r["phase"] for r in rows])
+    chart = alt.Chart(alt.Data(values=rows)).mark_bar(height={"band": 0.7}).encode(
+        y=alt.Y("phase:N", sort=phases, title=None),
+        x=alt.X("ms:Q", stack="zero", title="wall time (ms)"),
+        color=alt.Color("part:N", title="time went to", sort=[t[0] for t in parts],
+                        scale=alt.Scale(domain=[t[0] for t in parts], range=[t[1] for t in parts]),
+                        legend=alt.Legend(orient="bottom", direction="horizontal")),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("part:N", title="time went to"),
+                 alt.Tooltip("ms:Q", title="ms", format=",.3f"), alt.Tooltip("pct:Q", title="% of phase wall", format=".1f")],
+    ).properties(width=WIDTH - 120, height=max(60, 44 * len(phases)))
+    return _config(chart)
+
+
+def step_bucket(steps: int) -> int:
+    """How many consecutive steps the timeline averages into one point (1: every step is drawn)."""
+    return 1 if steps <= MAX_STEP_BARS else math.ceil(steps / MAX_STEP_BARS)
+
+
+def _step_rows(steps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Per step rows, or per (bucket, phase) averages when there are too many steps to draw one by one."""
+    frame = pl.DataFrame(
+        {"index": [s["index"] for s in steps], "phase": [s["phase"] or "none" for s in steps],
+         "wall_ns": [s["wall_ns"] for s in steps], "gpu_ns": [s["gpu_time_ns"] for s in steps],
+         "kernels": [s["kernels"] for s in steps], "name": [_label(s["name"]) for s in steps]},
+        schema={"index": pl.Int64, "phase": pl.Utf8, "wall_ns": pl.Float64, "gpu_ns": pl.Float64,
+                "kernels": pl.Int64, "name": pl.Utf8},
+    )
+    size = step_bucket(frame.height)
+    if size == 1:
+        out = frame.select(
+            "index", (pl.col("index") - 0.45).alias("x0"), (pl.col("index") + 0.45).alias("x1"), "phase",
+            (pl.col("wall_ns") / 1e6).round(6).alias("wall_ms"), (pl.col("gpu_ns") / 1e6).round(6).alias("gpu_ms"),
+            "kernels", "name")
+        return out.to_dicts(), 1
+    out = (frame.with_columns((pl.col("index") // size * size).alias("start"))
+           .group_by("start", "phase")
+           .agg(pl.len().alias("steps"), (pl.col("wall_ns").mean() / 1e6).round(6).alias("wall_ms"),
+                (pl.col("gpu_ns").mean() / 1e6).round(6).alias("gpu_ms"))
+           .sort("start", "phase"))
+    return out.to_dicts(), size
+
+
+def step_timeline(data: dict[str, Any]) -> alt.Chart | None:
+    """Step wall time (light) and GPU time (solid) by step index, coloured by phase; bucket means when many."""
+    steps = [s for s in data["steps"] if s["wall_ns"] is not None]
+    if not steps:
+        return None
+    rows, bucket = _step_rows(steps)
+    phases = _ordered_phases([r["phase"] for r in rows])
+    color = alt.Color("phase:N", scale=_phase_scale(phases), title="phase", legend=alt.Legend(orient="top"))
+    base = alt.Chart(alt.Data(values=rows)).properties(width=max(240, min(WIDTH - 80, 48 * len(rows))), height=240)
+    x_title = "step index" if bucket == 1 else f"step index (mean of each {bucket} steps, per phase)"
+    if bucket == 1:
+        tooltip = [alt.Tooltip("index:Q", title="step"), alt.Tooltip("name:N", title="name"), alt.Tooltip("phase:N"),
+                   alt.Tooltip("wall_ms:Q", title="wall ms", format=",.3f"),
+                   alt.Tooltip("gpu_ms:Q", title="GPU ms", format=",.3f"), alt.Tooltip("kernels:Q", format=",")]
+        first, last = rows[0]["index"], rows[-1]["index"]
+        ticks = list(range(first, last + 1)) if last - first < 30 else alt.Undefined
+        x = alt.X("x0:Q", title=x_title, scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
+                  axis=alt.Axis(format="d", tickMinStep=1, values=ticks, grid=False))
+        wall = base.mark_bar(opacity=0.35).encode(
+            x=x, x2="x1:Q", y=alt.Y("wall_ms:Q", title="ms per step"), y2=alt.datum(0), color=color, tooltip=tooltip)
+        gpu = base.mark_bar().encode(
+            x=x, x2="x1:Q", y="gpu_ms:Q", y2=alt.datum(0), color=color, tooltip=tooltip)
+        chart = alt.layer(wall, gpu)
+    else:
+        long = [{**r, "measure": m, "ms": r[f"{k}_ms"]} for r in rows for m, k in (("wall", "wall"), ("GPU time", "gpu"))]
+        tooltip = [alt.Tooltip("start:Q", title="first step"), alt.Tooltip("steps:Q", title="steps averaged"),
+                   alt.Tooltip("phase:N"), alt.Tooltip("measure:N"), alt.Tooltip("ms:Q", title="mean ms", format=",.3f")]
+        chart = alt.Chart(alt.Data(values=long)).mark_line(strokeWidth=1.3).encode(
+            x=alt.X("start:Q", title=x_title, axis=alt.Axis(format="d")),
+            y=alt.Y("ms:Q", title="mean ms per step"), color=color,
+            strokeDash=alt.StrokeDash("measure:N", title="measure", sort=["wall", "GPU time"],
+                                      scale=alt.Scale(domain=["wall", "GPU time"], range=[[1, 0], [4, 3]])),
+            detail="measure:N", tooltip=tooltip,
+        ).properties(width=WIDTH - 80, height=240)
+    return _config(chart)
+
+
+def _roof_rows(gpu: dict[str, Any], hbm: float | None, x_min: float,
+               x_max: float) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Roof polylines (one per distinct peak, dtypes sharing a peak merged) and their labels."""
+    peaks: dict[float, list[str]] = {}
+    for dtype, tflops in (gpu.get("peak_tflops") or {}).items():
+        if _positive(tflops):
+            peaks.setdefault(float(tflops), []).append(dtype)
+    lines, labels = [], []
+    for peak, dtypes in sorted(peaks.items(), reverse=True):
+        name = "/".join(dtypes)
+        ridge = peak / hbm if hbm else None
+        points = ([(x_min, hbm * x_min), (ridge, peak)] if ridge and ridge > x_min else [(x_min, peak)]) + [(x_max, peak)]
+        lines += [{"roof": name, "i": i, "ai": x, "tflops": y} for i, (x, y) in enumerate(points)]
+        labels.append({"roof": name, "ai": x_max, "tflops": peak, "text": f"{name} {peak:,.0f} TFLOP/s"})
+    return lines, labels
+
+
+def roofline(data: dict[str, Any]) -> alt.Chart | None:
+    """Log-log roofline: the GPU's roofs, and phases, categories and sampled kernels where costs exist."""
+    points = data["roofline"]
+    kernels = [{"name": _label(k["name"]), "category": k["category"] or "none", "phase": k["phase"] or "none",
+                "dtype": k["dtype"] or "?", "ms": _ms(k["dur_ns"]), "ai": k["arithmetic_intensity"],
+                "tflops": k["achieved_tflops"], "tbps": k["achieved_tbps"], "bound": k["bound"],
+                "pct_of_roof": k["pct_of_roof"]}
+               for k in points["kernels"] if _positive(k["arithmetic_intensity"]) and _positive(k["achieved_tflops"])]
+    categories = [{"category": c["category"] or "none", "ms": _ms(c["time_ns"]), "ai": c["arithmetic_intensity"],
+                   "tflops": c["achieved_tflops"], "pct_of_roof": c["pct_of_roof"]}
+                  for c in points["categories"] if _positive(c["arithmetic_intensity"]) and _positive(c["achieved_tflops"])]
+    phases = [{"phase": p["phase"] or "none", "ai": p["arithmetic_intensity"], "tflops": p["achieved_tflops"],
+               "pct_of_roof": p["pct_of_roof"]}
+              for p in points["phases"] if _positive(p["arithmetic_intensity"]) and _positive(p["achieved_tflops"])]
+    if not (kernels or categories or phases):
+        return None
+    gpu = data["gpu"]
+    ais = [r["ai"] for r in (*kernels, *categories, *phases)]
+    perf = [r["tflops"] for r in (*kernels, *categories, *phases)]
+    peak_values = [v for v in (gpu.get("peak_tflops") or {}).values() if _positive(v)]
+    hbm = gpu.get("hbm_tbps") if _positive(gpu.get("hbm_tbps")) else None
+    ridges = [v / hbm for v in peak_values] if hbm else []
+    x_min = 10 ** math.floor(math.log10(min(ais) / 2))
+    x_max = 10 ** math.ceil(math.log10(max([*ais, *ridges]) * 3))
+    y_top = max([*perf, *peak_values]) * 2
+    y_min = 10 ** math.floor(math.log10(max(min(perf) / 2, y_top * 1e-7)))
+    x = alt.X("ai:Q", title="arithmetic intensity (FLOP/byte)", scale=alt.Scale(type="log", domain=[x_min, x_max], nice=False))
+    y = alt.Y("tflops:Q", title="achieved TFLOP/s", scale=alt.Scale(type="log", domain=[y_min, y_top], nice=False))
+    categories_seen = sorted({r["category"] for r in (*kernels, *categories)})
+    color = alt.Color("category:N", title="category", scale=alt.Scale(domain=categories_seen, scheme="tableau10"),
+                      legend=alt.Legend(orient="right"))
+    layers = []
+    roof_lines, roof_labels = _roof_rows(gpu, hbm, x_min, x_max) if peak_values else ([], [])
+    if roof_lines:
+        layers.append(alt.Chart(alt.Data(values=roof_lines)).mark_line(color="#555", strokeWidth=1.2, clip=True).encode(
+            x=x, y=y, detail="roof:N", order="i:Q", tooltip=[alt.Tooltip("roof:N", title="roof")]))
+        layers.append(alt.Chart(alt.Data(values=roof_labels)).mark_text(
+            align="right", baseline="bottom", dx=-4, dy=-2, fontSize=10, color="#444", clip=True).encode(
+            x=x, y=y, text="text:N"))
+    if roof_lines and hbm:
+        slope_x = x_min * 2
+        layers.append(alt.Chart(alt.Data(values=[{"ai": slope_x, "tflops": hbm * slope_x, "text": f"HBM {hbm:g} TB/s"}]))
+                      .mark_text(align="left", baseline="top", dx=6, dy=4, fontSize=10, color="#444", clip=True)
+                      .encode(x=x, y=y, text="text:N"))
+    if kernels:
+        layers.append(alt.Chart(alt.Data(values=kernels)).mark_circle(opacity=0.55, clip=True).encode(
+            x=x, y=y, color=color, size=alt.Size("ms:Q", title="kernel ms", scale=alt.Scale(range=[12, 320]),
+                                                    legend=None),
+            tooltip=[alt.Tooltip("name:N", title="kernel"), alt.Tooltip("category:N"), alt.Tooltip("phase:N"),
+                     alt.Tooltip("dtype:N"), alt.Tooltip("ms:Q", format=",.3f"),
+                     alt.Tooltip("ai:Q", title="FLOP/byte", format=",.2f"), alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
+                     alt.Tooltip("tbps:Q", title="TB/s", format=",.3f"), alt.Tooltip("bound:N"),
+                     alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]))
+    if categories:
+        layers.append(alt.Chart(alt.Data(values=categories)).mark_square(size=180, opacity=0.95, stroke="#222",
+                                                                         strokeWidth=1, clip=True).encode(
+            x=x, y=y, color=color,
+            tooltip=[alt.Tooltip("category:N"), alt.Tooltip("ms:Q", title="time ms", format=",.3f"),
+                     alt.Tooltip("ai:Q", title="FLOP/byte", format=",.2f"), alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
+                     alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]))
+    if phases:
+        tip = [alt.Tooltip("phase:N"), alt.Tooltip("ai:Q", title="FLOP/byte", format=",.2f"),
+               alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"), alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]
+        layers.append(alt.Chart(alt.Data(values=phases)).mark_point(shape="diamond", size=320, filled=True, color="#111", opacity=1,
+                                                                    stroke="white", strokeWidth=1.5, clip=True).encode(
+            x=x, y=y, tooltip=tip))
+        layers.append(alt.Chart(alt.Data(values=phases)).mark_text(align="center", dy=-16, fontSize=12, fontWeight="bold",
+                                                                   color="#111", clip=True).encode(
+            x=x, y=y, text="phase:N", tooltip=tip))
+    chart = alt.layer(*layers).properties(width=WIDTH - 200, height=420)
+    return _config(chart)
+
+
+def categories(data: dict[str, Any]) -> alt.Chart | None:
+    """Stacked bars: each phase's kernel time by category."""
+    rows = [{"phase": c["phase"] or "none", "category": c["category"] or "none", "ms": _ms(c["time_ns"]),
+             "kernels": c["kernels"], "pct": round(c["share_of_phase_pct"], 2) if c["share_of_phase_pct"] is not None else None}
+            for c in data["categories"] if c["time_ns"]]
+    if not rows:
+        return None
+    totals: dict[str, float] = {}
+    for r in rows:
+        totals[r["category"]] = totals.get(r["category"], 0.0) + r["ms"]
+    order = sorted(totals, key=lambda c: (-totals[c], c))
+    for r in rows:
+        r["rank"] = order.index(r["category"])
+    phases = _ordered_phases([r["phase"] for r in rows])
+    chart = alt.Chart(alt.Data(values=rows)).mark_bar(height={"band": 0.7}).encode(
+        y=alt.Y("phase:N", sort=phases, title=None),
+        x=alt.X("ms:Q", stack="zero", title="kernel time (ms)"),
+        color=alt.Color("category:N", sort=order, title="category",
+                        scale=alt.Scale(domain=order, scheme="tableau20"), legend=alt.Legend(orient="right", columns=1)),
+        order=alt.Order("rank:Q"),
+        tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("category:N"), alt.Tooltip("kernels:Q", format=","),
+                 alt.Tooltip("ms:Q", title="ms", format=",.3f"), alt.Tooltip("pct:Q", title="% of phase", format=".1f")],
+    ).properties(
+        width=WIDTH - 240, height=max(60, 44 * len(phases)))
+    return _config(chart)
+
+
+def build(data: dict[str, Any]) -> dict[str, alt.TopLevelMixin | None]:
+    """All charts of the page by section id; None where a section has nothing to draw."""
+    if not data["summary"]["kernels"]:
+        return {}
+    return {"phases": phase_time(data), "steps": step_timeline(data), "roofline": roofline(data),
+            "categories": categories(data)}

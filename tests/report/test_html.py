@@ -1,0 +1,356 @@
+"""The HTML report: real traces render, trace strings stay inert, the page is offline, charts draw in Chromium."""
+
+from __future__ import annotations
+
+import copy
+import html as htmllib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from markupsafe import escape
+
+import traceview
+from conftest import REPO, SHARED_TRACES, VLLM_H100, requires_shared
+from traceview.report import charts, html
+from traceview.report.data import build_report
+from traceview.rules import RuleConfig, check, load_rules
+
+SAMPLE = REPO / "sample_traces" / "llm_serving.pt.trace.json.gz"
+NO_GPU = SHARED_TRACES / "nsys" / "amir-ghz__DynamicViT__nsys_profile.sqlite"
+QWEN = SHARED_TRACES / "torch" / "tracelens__h100_hf_qwen1.5-0.5b-chat.json.gz"
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
+MAX_BYTES = 3_000_000
+HOSTILE = '<script>alert(1)</script> "quotes" </script><!-- & \'x\''
+JSON_BLOCK = re.compile(r'<script type="application/json"[^>]*>(.*?)</script>', re.S)
+
+
+def report_data(path: Path) -> dict:
+    trace = traceview.load(path).analyze()
+    return build_report(trace.con, check(trace.con, load_rules(), RuleConfig()), traceview.__version__)
+
+
+@pytest.fixture(scope="module")
+def sample() -> tuple[dict, str]:
+    data = report_data(SAMPLE)
+    return data, html.render(data)
+
+
+@pytest.fixture(scope="module")
+def vllm() -> tuple[dict, str]:
+    if not VLLM_H100.is_file():
+        pytest.skip("../shared/traces is not present")
+    data = report_data(VLLM_H100)
+    return data, html.render(data)
+
+
+@pytest.fixture(scope="module")
+def no_gpu() -> tuple[dict, str]:
+    if not NO_GPU.is_file():
+        pytest.skip("../shared/traces is not present")
+    data = report_data(NO_GPU)
+    return data, html.render(data)
+
+
+@pytest.fixture(scope="module")
+def hostile(sample: tuple[dict, str]) -> tuple[dict, str]:
+    """The sample's ReportData with a script-closing string in every place trace text reaches the page."""
+    data = copy.deepcopy(sample[0])
+    for kernel in data["top_kernels"]:
+        kernel["short_name"] = kernel["name"] = f"{HOSTILE} {kernel['short_name']}"
+    for step in data["steps"]:
+        step["name"] = HOSTILE
+    for kernel in data["roofline"]["kernels"]:
+        kernel["name"] = HOSTILE
+    for category in data["roofline"]["categories"]:
+        category["category"] = HOSTILE
+    data["trace"]["files"] = [f"/tmp/{HOSTILE}.json"]
+    data["gpu"]["name"] = HOSTILE
+    data["findings"] = [{
+        "rule": "TV999", "name": "hostile", "severity": "warning", "title": HOSTILE, "message": HOSTILE,
+        "estimated_saving_ns": 1_000_000, "share_pct": 1.0, "fingerprint": "0", "doc": "docs/rules.md#tv999",
+        "fix": HOSTILE, "evidence": {"kernel_names": HOSTILE, "rows": [{"kernel": HOSTILE, "time_ns": 5}]},
+    }]
+    data["capture"]["diagnostics"] = [{"rank": 0, "source": "ingest", "severity": "warning", "code": HOSTILE,
+                                       "message": HOSTILE, "occurrences": 1}]
+    data["capture"]["skipped_rules"] = [{"rule": "TV998", "title": HOSTILE, "reason": HOSTILE}]
+    data["verdict"] = [HOSTILE, HOSTILE, HOSTILE]
+    return data, html.render(data)
+
+
+def chart_rows(spec: dict) -> list[dict]:
+    """Every data row of a Vega-Lite spec, wherever altair put it (top-level datasets or inline values)."""
+    rows = [row for values in spec.get("datasets", {}).values() for row in values]
+    rows += (spec.get("data") or {}).get("values") or []
+    for layer in spec.get("layer", []):
+        rows += chart_rows(layer)
+    return rows
+
+
+def visible_text(page: str) -> str:
+    """The page without its script elements, so the Vega bundle's own strings do not count."""
+    return re.sub(r"<script\b[^>]*>.*?</script>", "", page, flags=re.S)
+
+
+# -- real traces ---------------------------------------------------------------------------------
+
+
+def test_sample_report_shows_header_verdict_and_sections(sample: tuple[dict, str]) -> None:
+    data, page = sample
+    for line in data["verdict"]:
+        assert str(escape(line)) in page
+    assert "GPU busy 60.1% of its active span" in page
+    assert "NVIDIA H100 SXM5 80GB" in page and "h100-sxm" in page
+    assert "3.35 TB/s" in page and "989 TFLOP/s" in page  # HBM and the bf16/fp16 dense peak
+    assert "llm_serving.pt.trace.json.gz" in page and "2,480" in page  # file and kernel count
+    for section in ("verdict", "time", "steps", "roofline", "kernels", "categories", "findings", "capture"):
+        assert f'id="{section}"' in page
+    top = data["top_kernels"][0]
+    assert str(escape(top["short_name"])) in page and "42.6%" in page
+    assert page.count("data-chart-spec=") == 4  # phases, steps, roofline, categories
+
+
+def test_sample_chart_specs_carry_the_data(sample: tuple[dict, str]) -> None:
+    data, page = sample
+    specs = {m.group(1): json.loads(m.group(2)) for m in
+             re.finditer(r'<script type="application/json" data-chart-spec="(\w+)">(.*?)</script>', page, re.S)}
+    assert set(specs) == {"phases", "steps", "roofline", "categories"}
+    values = {name: chart_rows(spec) for name, spec in specs.items()}
+    roofs = {row["roof"] for row in values["roofline"] if "roof" in row}
+    assert {"bf16/fp16", "fp8/int8"} <= roofs
+    assert max(row["tflops"] for row in values["roofline"] if "roof" in row) == pytest.approx(1978.9)
+    phases = {row["phase"] for row in values["roofline"] if "phase" in row and "category" not in row}
+    assert phases == {"prefill", "decode"}
+    assert len([row for row in values["steps"]]) == len(data["steps"]) == 26
+    decode = next(p for p in data["phases"] if p["phase"] == "decode")
+    busy = next(r for r in values["phases"] if r["phase"] == "decode" and r["part"].startswith("GPU busy"))
+    assert busy["ms"] == pytest.approx(decode["gpu_busy_ns"] / 1e6)
+
+
+@requires_shared
+def test_vllm_h100_report_is_small_and_says_costs_are_missing(vllm: tuple[dict, str]) -> None:
+    data, page = vllm
+    assert len(page.encode()) < MAX_BYTES
+    for line in data["verdict"]:
+        assert str(escape(line)) in page
+    assert "NVIDIA H100 SXM5 80GB" in page and "13,508" in page
+    assert "No FLOP/byte costs exist for this trace" in page
+    assert 'data-chart-spec="roofline"' not in page  # no empty roofline chart
+    assert page.count("data-chart-spec=") == 3
+    assert "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64" in page
+
+
+@requires_shared
+def test_qwen_roofline_places_costed_kernels() -> None:
+    data = report_data(QWEN)
+    spec = charts.roofline(data).to_dict()
+    rows = chart_rows(spec)
+    assert len([r for r in rows if "name" in r]) == len(data["roofline"]["kernels"]) > 100
+    assert "roofline" in html.render(data)
+
+
+@requires_shared
+def test_trace_without_gpu_data_gives_a_short_report(no_gpu: tuple[dict, str]) -> None:
+    data, page = no_gpu
+    assert data["summary"]["kernels"] == 0
+    assert "No GPU data in this trace" in page
+    for line in data["verdict"]:
+        assert str(escape(line)) in page
+    assert 'data-chart-spec="' not in page and "<svg" not in page
+    assert "window.vegaEmbed" not in page  # no 0.9 MB bundle for a page without charts
+    assert len(page.encode()) < 100_000
+    assert "TV101" in page and "How to fix" in page  # the finding and its fix text
+    assert "export has no CUDA kernel table" in page  # the capture diagnostic
+
+
+def test_many_steps_are_averaged_in_buckets(sample: tuple[dict, str]) -> None:
+    data = copy.deepcopy(sample[0])
+    data["steps"] = [{**data["steps"][i % 26], "index": i, "step_id": i} for i in range(20_000)]
+    spec = charts.step_timeline(data).to_dict()
+    rows = chart_rows(spec)
+    bucket = charts.step_bucket(20_000)
+    assert bucket == 50 and len(rows) <= 2 * 2 * charts.MAX_STEP_BARS  # (wall, GPU) x phases x buckets
+    assert {r["steps"] for r in rows} <= set(range(1, bucket + 1))
+    page = html.render(data)
+    assert f"averaging {bucket} consecutive steps" in page and len(page.encode()) < MAX_BYTES
+
+
+def _unmatched_gpu(data: dict) -> str:
+    data["gpu"] = {"name": "Mystery GPU 9000", "spec_id": None, "peak_tflops": {}, "ridge_bf16": None}
+    return "matched no hardware spec"
+
+
+def _no_steps(data: dict) -> str:
+    data["steps"], data["phases"] = [], []
+    data["categories"] = [{**c, "phase": None} for c in data["categories"]]
+    return "No steps were found"
+
+
+def _roofline_split(data: dict) -> str:
+    for phase in data["phases"]:
+        phase["roofline_ns"] = phase["gpu_busy_ns"] // 2
+        phase["kernel_inefficiency_ns"] = phase["gpu_busy_ns"] - phase["roofline_ns"]
+    return "kernel inefficiency"
+
+
+@pytest.mark.parametrize("change", [_unmatched_gpu, _no_steps, _roofline_split], ids=lambda f: f.__name__[1:])
+def test_partial_data_renders_and_says_what_is_missing(change, sample: tuple[dict, str]) -> None:
+    data = copy.deepcopy(sample[0])
+    expected = change(data)
+    page = html.render(data)
+    assert expected in page
+    specs = [json.loads(block) for block in JSON_BLOCK.findall(page)]
+    assert all(chart_rows(spec) for spec in specs)  # no empty chart
+
+
+# -- safety --------------------------------------------------------------------------------------
+
+
+def test_trace_strings_stay_inert(hostile: tuple[dict, str]) -> None:
+    _, page = hostile
+    assert "<script>alert(1)" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
+    assert '"quotes"' not in visible_text(page)
+    blocks = JSON_BLOCK.findall(page)
+    assert len(blocks) == 4
+    for block in blocks:
+        assert "</script" not in block.lower() and "<" not in block and ">" not in block and "&" not in block
+        json.loads(block)
+    named = [b for b in blocks if "alert(1)" in b]
+    assert len(named) == 2  # the step timeline and the roofline carry the names ...
+    for block in named:  # ... escaped in the page, and intact once parsed
+        assert "\\u003cscript\\u003ealert(1)\\u003c/script\\u003e" in block
+        assert any(HOSTILE in str(row.get("name") or row.get("category")) for row in chart_rows(json.loads(block)))
+    executable = [m.group(1) for m in re.finditer(r"<script>(.*?)</script>", page, re.S)]
+    assert len(executable) == 2 and all("alert(1)" not in script for script in executable)
+
+
+class _Collector(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.styles: list[str] = []
+        self._in_style = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+        self._in_style = tag == "style"
+
+    def handle_endtag(self, tag: str) -> None:
+        self._in_style = False
+
+    def handle_data(self, data: str) -> None:
+        if self._in_style:
+            self.styles.append(data)
+
+
+@pytest.mark.parametrize("report", ["sample", "hostile"])
+def test_page_makes_no_external_requests(report: str, request: pytest.FixtureRequest) -> None:
+    _, page = request.getfixturevalue(report)
+    parser = _Collector()
+    parser.feed(page)
+    for tag, attrs in parser.tags:
+        for name in ("src", "href", "action", "formaction", "poster", "data", "srcset", "background"):
+            value = (attrs.get(name) or "").strip().lower()
+            assert not value.startswith(("http:", "https:", "//", "ftp:")), f"<{tag} {name}={value}>"
+            if name in ("src", "srcset", "poster", "data") and value:
+                assert value.startswith("data:"), f"<{tag} {name}={value}>"
+        assert tag not in ("link", "iframe", "object", "embed", "base", "img")
+    assert not any("url(" in css or "@import" in css for css in parser.styles)
+    csp = [attrs for tag, attrs in parser.tags if tag == "meta" and attrs.get("http-equiv") == "Content-Security-Policy"]
+    assert len(csp) == 1 and csp[0]["content"] == html.CSP
+    policy = dict(part.strip().split(" ", 1) for part in html.CSP.split(";"))
+    assert policy["default-src"] == "'none'" and policy["connect-src"] == "'none'"
+    assert policy["script-src"] == "'unsafe-inline'" and "unsafe-eval" not in html.CSP
+    assert policy["img-src"] == "data:"
+    assert page.index("Content-Security-Policy") < page.index("<script")  # in force before any script
+
+
+def test_templates_are_found_and_escape_everything() -> None:
+    directory = html.default_templates_dir()
+    names = {p.name for p in directory.glob("*.html")}
+    assert {"base.html", "report.html", "_verdict.html", "_roofline.html", "_findings.html"} <= names
+    env = html._environment(str(directory))
+    assert env.autoescape is True
+    assert env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"
+
+
+def test_evidence_values_carry_units() -> None:
+    assert html.evidence_value("wait_ns", 2_500_000) == "2.5 ms"
+    assert html.evidence_value("idle_pct", 12.345) == "12.3%"
+    assert html.evidence_value("start_ns", 1_002_000_000, origin_ns=1_000_000_000) == "+2 ms"
+    assert html.evidence_value("bytes", 3_000_000) == "3 MB"
+    assert html.evidence_value("achieved_tflops", 12.34) == "12.3 TFLOP/s"
+    assert html.evidence_value("kernels", 1234) == "1,234"
+    assert html.paragraphs("one\ntwo\n\n- a\n- b") == ["one two", "- a\n- b"]
+
+
+# -- in a browser ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Headless Chromium; installed once with apt-get when missing and running as root, else skipped."""
+    path = shutil.which("chromium")
+    if path is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        try:
+            subprocess.run("apt-get update -qq && apt-get install -y -qq chromium", shell=True, env=env,
+                           capture_output=True, timeout=600, check=False)
+        except subprocess.TimeoutExpired:
+            pass
+        path = shutil.which("chromium")
+    if path is None:
+        pytest.skip("headless Chromium is not available (Debian: apt-get install -y chromium, as root)")
+    return path
+
+
+def run_chromium(binary: str, page: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Chromium with no network at all: every host fails to resolve and the proxy is a closed port."""
+    with tempfile.TemporaryDirectory() as profile:
+        command = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                   "--disable-component-update", "--no-first-run", "--disable-sync", "--disable-quic",
+                   f"--user-data-dir={profile}", "--host-resolver-rules=MAP * ~NOTFOUND",
+                   "--proxy-server=127.0.0.1:9", "--virtual-time-budget=10000", "--enable-logging=stderr", "--v=0",
+                   *args, page.resolve().as_uri()]
+        return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+
+
+@pytest.mark.parametrize("report", ["sample", "vllm", "no_gpu", "hostile"])
+def test_charts_render_in_headless_chromium(report: str, chromium: str, request: pytest.FixtureRequest,
+                                            tmp_path: Path) -> None:
+    _, page = request.getfixturevalue(report)
+    target = tmp_path / f"{report}.html"
+    target.write_text(page, encoding="utf-8")
+    result = run_chromium(chromium, target, "--dump-dom")
+    dom = result.stdout
+    expected = page.count("data-chart-spec=")
+    assert f'data-charts-expected="{expected}"' in dom
+    assert f'data-charts-rendered="{expected}"' in dom, result.stderr[-2000:]
+    assert 'data-chart-errors="0"' in dom
+    assert "Refused to" not in result.stderr  # no Content-Security-Policy violation (eval, network)
+    for name in re.findall(r'data-chart-spec="(\w+)"', page):
+        container = re.search(rf'<div class="chart[^"]*" id="chart-{name}"(.*?)<script type="application/json"', dom, re.S)
+        assert container and '<svg' in container.group(1) and 'class="marks"' in container.group(1), name
+    assert "alert(1)" not in htmllib.unescape(re.sub(r"<[^>]+>", "", dom)) or report == "hostile"
+    if report == "hostile":  # the names reached the DOM as text only: no element was created from them
+        assert "<script>alert(1)" not in dom
+
+
+@pytest.mark.parametrize("report", ["sample", "vllm"])
+def test_screenshot(report: str, chromium: str, request: pytest.FixtureRequest) -> None:
+    """A picture of the page for people to look at: tests/report/artifacts/<report>.png."""
+    _, page = request.getfixturevalue(report)
+    ARTIFACTS.mkdir(exist_ok=True)
+    source = ARTIFACTS / f"report_{report}.html"
+    source.write_text(page, encoding="utf-8")
+    shot = ARTIFACTS / f"report_{report}.png"
+    shot.unlink(missing_ok=True)
+    run_chromium(chromium, source, f"--screenshot={shot}", "--window-size=1280,4000", "--hide-scrollbars")
+    assert shot.is_file() and shot.stat().st_size > 50_000
