@@ -69,3 +69,15 @@ def test_per_kernel_roofline_never_exceeds_the_roof() -> None:
     assert trace.scalar(
         "SELECT count(*) FROM roofline_kernels WHERE bound = 'compute' AND arithmetic_intensity < ridge"
     ) == 0
+
+
+def test_gathers_read_only_the_rows_they_pick() -> None:
+    """aten::embedding(weight [151936, 1024], ids [16, 559]) in bf16 moves the picked rows, not the table."""
+    trace = analyzed(HF_QWEN)
+    row = trace.sql(
+        """SELECT o.bytes FROM op_costs o JOIN ranges r USING (rank, range_id)
+           WHERE o.op = 'aten::embedding' AND r.input_dims LIKE '[[151936,1024],[16,559]%'"""
+    ).rows()[0]
+    picked = 16 * 559 * 1024
+    assert row[0] == 2 * picked * 2 + 8 * 16 * 559
+    assert trace.scalar("SELECT max(achieved_tbps) FROM roofline_kernels WHERE category IN ('embedding', 'memory')") < 4

@@ -55,6 +55,13 @@ OP_FORMULAS = """
             THEN struct_pack(f := 4.0 * d1[1] * d1[2] * d1[3] * d2[2] * d1[4], o := n1)
     END
 """
+# Gathers read only the rows they pick, not the whole table: (output elements, index elements).
+GATHER_FORMULAS = """
+    CASE
+        WHEN op = 'aten::embedding' AND len(d1) = 2 THEN struct_pack(o := n2 * d1[2], i := n2)
+        WHEN op = 'aten::index_select' AND len(d1) >= 1 AND len(d3) = 1 THEN struct_pack(o := d3[1] * n1 / d1[1], i := d3[1])
+    END
+"""
 
 
 def attach_gpu_specs(con: duckdb.DuckDBPyConnection, specs: dict[tuple[int, int], HardwareSpec | None],
@@ -110,10 +117,10 @@ def build_op_costs(con: duckdb.DuckDBPyConnection) -> None:
             GROUP BY ALL
         ),
         formulas AS (
-            SELECT s.*, d1, d2, d3, n1, {OP_FORMULAS} AS mm
+            SELECT s.*, {OP_FORMULAS} AS mm, {GATHER_FORMULAS} AS gather
             FROM (
                 SELECT *, dims[1] AS d1, dims[2] AS d2, dims[3] AS d3,
-                       list_aggregate(dims[1], 'product') AS n1
+                       list_aggregate(dims[1], 'product') AS n1, list_aggregate(dims[2], 'product') AS n2
                 FROM shaped WHERE dims IS NOT NULL
             ) s
         )
@@ -121,9 +128,12 @@ def build_op_costs(con: duckdb.DuckDBPyConnection) -> None:
                coalesce(f.recorded_flops, f.mm.f) AS flops,
                -- output: matmul output elements; in-place ops (trailing '_') write their first input,
                -- which is already counted; other ops write about as much as their largest input
-               z.in_elements + CASE WHEN f.mm.o IS NOT NULL THEN f.mm.o
-                                    WHEN f.op LIKE '%\\_' ESCAPE '\\' THEN 0 ELSE z.max_elements END AS elements,
-               CASE WHEN z.all_typed THEN z.in_bytes + coalesce(ob.size, 0) *
+               CASE WHEN f.gather.o IS NOT NULL THEN 2 * f.gather.o + f.gather.i
+                    ELSE z.in_elements + CASE WHEN f.mm.o IS NOT NULL THEN f.mm.o
+                                              WHEN f.op LIKE '%\\_' ESCAPE '\\' THEN 0 ELSE z.max_elements END
+               END AS elements,
+               CASE WHEN f.gather.o IS NOT NULL THEN 2 * f.gather.o * ob.size + 8 * f.gather.i
+                    WHEN z.all_typed THEN z.in_bytes + coalesce(ob.size, 0) *
                    CASE WHEN f.mm.o IS NOT NULL THEN f.mm.o
                         WHEN f.op LIKE '%\\_' ESCAPE '\\' THEN 0 ELSE z.max_elements END END AS bytes,
                td.dtype AS input_dtype,
