@@ -40,6 +40,8 @@ def _analysis_options(func):
         click.option("--step-regex", help="Regex over range names that marks one step each (overrides detection)."),
         click.option("--step-gap-ms", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True,
                      help="Idle gap that separates steps when nothing else marks them."),
+        click.option("--phase-kernel", "phase_kernels", multiple=True, metavar="PHASE=REGEX",
+                     help="Kernels whose name matches REGEX mark their step as PHASE (prefill or decode); repeatable."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -50,8 +52,18 @@ def _analysis(kwargs: dict) -> AnalysisOptions:
     return AnalysisOptions(
         gpu=kwargs.pop("gpu"), model=kwargs.pop("model"), dtype=kwargs.pop("dtype"), tp=kwargs.pop("tp"),
         batch=kwargs.pop("batch"), context=kwargs.pop("context"), step_regex=kwargs.pop("step_regex"),
-        step_gap_ns=round(kwargs.pop("step_gap_ms") * 1e6),
+        step_gap_ns=round(kwargs.pop("step_gap_ms") * 1e6), phase_kernels=_phase_kernels(kwargs.pop("phase_kernels")),
     )
+
+
+def _phase_kernels(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    mapping = []
+    for text in values:
+        phase, sep, regex = text.partition("=")
+        if not sep or phase not in ("prefill", "decode") or not regex:
+            raise TraceviewError(f"--phase-kernel {text!r}: expected prefill=REGEX or decode=REGEX")
+        mapping.append((phase, regex))
+    return tuple(mapping)
 
 
 def _json_default(value):

@@ -101,5 +101,18 @@ def test_user_step_regex_wins(tmp_path: Path) -> None:
 
 def test_bad_step_regex_is_a_usage_error(tmp_path: Path) -> None:
     trace = traceview.load(write_kineto(llm_serving_spec(), tmp_path / "s.json.gz"))
-    with pytest.raises(traceview.TraceviewError, match="--step-regex"):
+    with pytest.raises(traceview.TraceviewError, match="regex .execute_\\(."):
         trace.analyze(step_regex="execute_(")
+
+
+def test_user_kernel_mapping_labels_steps(tmp_path: Path) -> None:
+    """Without annotations or graphs, the user's kernel patterns decide: flash_fwd_splitkv only in decode here."""
+    spec = llm_serving_spec()
+    eager = replace(spec, ranges=(), kernels=tuple(
+        replace(k, graph=False, correlation_id=None, launch_start_ns=None, launch_dur_ns=None) if k.graph else k
+        for k in spec.kernels))
+    trace = traceview.load(write_kineto(eager, tmp_path / "eager.json.gz")).analyze(
+        step_gap_ns=200_000, phase_kernels=(("prefill", "flash_fwd_kernel"), ("decode", "flash_fwd_splitkv")))
+    rows = trace.sql("SELECT phase, phase_source FROM steps ORDER BY step_id").rows()
+    assert {source for _, source in rows} == {"user_mapping"}
+    assert [phase for phase, _ in rows] == [phase for phase, _, _ in serving_steps()]

@@ -240,7 +240,19 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
 
 
 
-def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
+def _user_mapping_sql(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str, str], ...]) -> str:
+    """Per step, the phases the user's kernel-name patterns point to (`--phase-kernel decode=REGEX`)."""
+    con.register("_phase_map", pa.table({"phase": [p for p, _ in phase_kernels], "pattern": [r for _, r in phase_kernels]},
+                                        schema=pa.schema([("phase", pa.string()), ("pattern", pa.string())])))
+    return """
+        SELECT k.rank, k.step_id,
+               CASE WHEN count(DISTINCT m.phase) > 1 THEN 'mixed' ELSE any_value(m.phase) END AS user_phase
+        FROM kernels k JOIN _phase_map m ON regexp_matches(k.name, m.pattern)
+        WHERE k.step_id IS NOT NULL GROUP BY ALL
+    """
+
+
+def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
     """The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens."""
     hint = "attention_phase_hint" if db.has_column(con, "kernels", "attention_phase_hint") else "NULL::VARCHAR"
     shapes = (
@@ -273,18 +285,21 @@ def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
         ),
         busy AS ({busy}),
         shapes AS ({shapes}),
+        mapped AS ({_user_mapping_sql(con, phase_kernels)}),
         joined AS (
             SELECT w.*, coalesce(k.kernels, 0) AS kernels, coalesce(m.memops, 0) AS memops,
                    least(k.gpu_start_ns, m.lo) AS gpu_start_ns, greatest(k.gpu_end_ns, m.hi) AS gpu_end_ns,
                    coalesce(k.graph_kernels, 0) AS graph_kernels,
                    coalesce(k.decode_attention, 0) AS decode_attention,
                    coalesce(k.prefill_attention, 0) AS prefill_attention, sh.min_seq_len, sh.max_seq_len,
+                   mp.user_phase,
                    coalesce(b.busy_ns, 0) AS gpu_time_ns
             FROM _numbered_windows w
             LEFT JOIN work k USING (rank, step_id)
             LEFT JOIN memwork m USING (rank, step_id)
             LEFT JOIN busy b USING (rank, step_id)
             LEFT JOIN shapes sh USING (rank, step_id)
+            LEFT JOIN mapped mp USING (rank, step_id)
         ),
         rank_shape AS (
             SELECT rank,
@@ -297,6 +312,7 @@ def _build_steps(con: duckdb.DuckDBPyConnection) -> None:
                 CASE
                     WHEN j.phase IS NOT NULL THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
                     WHEN j.kernels = 0 AND j.memops = 0 THEN struct_pack(p := 'empty', s := 'no_gpu_work', c := 1.0)
+                    WHEN j.user_phase IS NOT NULL THEN struct_pack(p := j.user_phase, s := 'user_mapping', c := 0.9)
                     WHEN j.min_seq_len > 1 THEN struct_pack(p := 'prefill', s := 'input_shapes', c := 0.8)
                     WHEN j.max_seq_len = 1 THEN struct_pack(p := 'decode', s := 'input_shapes', c := 0.8)
                     WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := 'mixed', s := 'attention_kernels', c := 0.6)
@@ -333,8 +349,12 @@ def _label_kernels(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None, gap_ns: int = DEFAULT_GAP_NS) -> None:
-    """Build `steps` and add kernels.step_id / kernels.phase (and memops.step_id)."""
+def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None, gap_ns: int = DEFAULT_GAP_NS,
+                  phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
+    """Build `steps` and add kernels.step_id / kernels.phase (and memops.step_id).
+
+    `phase_kernels` maps phases to kernel-name regexes the user knows belong to them.
+    """
     _create_windows(con)
     if step_regex:
         _add_user_regex_windows(con, step_regex)
@@ -345,7 +365,8 @@ def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = No
     _keep_outermost(con)
     _add_gap_windows(con, gap_ns)
     _assign_work(con)
-    _build_steps(con)
+    _build_steps(con, phase_kernels)
     _label_kernels(con)
     for table in ("_step_windows", "_numbered_windows", "_step_calls"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
+    con.unregister("_phase_map")

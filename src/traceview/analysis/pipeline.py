@@ -23,6 +23,7 @@ class AnalysisOptions:
     gpu: str | None = None
     step_regex: str | None = None
     step_gap_ns: int = phases.DEFAULT_GAP_NS
+    phase_kernels: tuple[tuple[str, str], ...] = ()
     model: str | None = None
     dtype: str = "bf16"
     tp: int = 1
@@ -90,12 +91,14 @@ def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSp
 def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisOptions()) -> None:
     """Run every analysis over an ingested trace, in dependency order."""
     model = options.model_options()
-    _check_regex(con, options.step_regex)
+    for pattern in (options.step_regex, *(regex for _, regex in options.phase_kernels)):
+        _check_regex(con, pattern)
     categories.classify_kernels(con)
     gpu = match_devices(con, options.gpu)
     roofline.build_op_costs(con)
     roofline.cost_kernels(con)
-    phases.segment_steps(con, step_regex=options.step_regex, gap_ns=options.step_gap_ns)
+    phases.segment_steps(con, step_regex=options.step_regex, gap_ns=options.step_gap_ns,
+                         phase_kernels=options.phase_kernels)
     roofline.build_roofline_views(con)
     try:
         accounting.build_step_accounting(con, model, gpu)
@@ -105,10 +108,10 @@ def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisO
 
 
 def _check_regex(con: duckdb.DuckDBPyConnection, pattern: str | None) -> None:
-    """A bad --step-regex is a usage error, reported before any work."""
+    """A bad --step-regex or --phase-kernel regex is a usage error, reported before any work."""
     if pattern is None:
         return
     try:
         con.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
     except duckdb.Error as exc:
-        raise TraceviewError(f"--step-regex {pattern!r}: {str(exc).splitlines()[0]}") from None
+        raise TraceviewError(f"regex {pattern!r}: {str(exc).splitlines()[0]}") from None
