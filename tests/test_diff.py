@@ -77,8 +77,15 @@ def test_diff_h200_against_h100_reports_the_gpu_change() -> None:
     assert all(k["delta_ns"] == k["head_time_ns"] - k["base_time_ns"] for k in diff["kernels"])
 
 
+def test_diff_writes_html_beside_markdown(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    result = traceview("diff", *pair, "--format", "md,html", "-o", tmp_path / "pr.md")
+    assert result.returncode == 0, result.stderr
+    page = (tmp_path / "pr.html").read_text()
+    assert SLOWER in page and REMOVED in page and "Content-Security-Policy" in page
+
+
 def test_diff_usage_errors(pair: tuple[Path, Path]) -> None:
     for args, fragment in (((*pair, "--fail-on-regression", "five"), "expected a percentage"),
-                           ((*pair, "--format", "html"), "choose from md, json")):
+                           ((*pair, "--format", "pdf"), "choose from md, json, html")):
         result = traceview("diff", *args)
         assert result.returncode == 2 and fragment in result.stderr and "Traceback" not in result.stderr

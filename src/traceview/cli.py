@@ -640,7 +640,7 @@ def _percent_option(text: str | None) -> float | None:
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("head", type=click.Path(path_type=Path))
 @click.option("-o", "--output", help="The diff file; other formats land beside it. Default: stdout for one format.")
-@click.option("--format", "formats", default="md", show_default=True, help="Comma-separated: md, json.")
+@click.option("--format", "formats", default="md", show_default=True, help="Comma-separated: md, json, html.")
 @click.option("--fail-on-regression", "fail_on_regression", metavar="PCT",
               help="Exit 1 when a phase's median step time or the total GPU busy time grows by more than PCT (e.g. 5%).")
 @click.option("--threshold", default=5.0, show_default=True, type=click.FloatRange(min=0),
@@ -657,12 +657,13 @@ def diff(base: Path, head: Path, output: str | None, formats: str, fail_on_regre
       traceview diff baseline-report.json pr.sqlite --format md -o -
     """
     from traceview.diff import build_diff
-    from traceview.report import diff_markdown, json_report
+    from traceview.report import diff_html, diff_markdown, json_report
 
     limit = _percent_option(fail_on_regression)
     chosen = tuple(dict.fromkeys(f.strip() for f in formats.split(",") if f.strip()))
-    if not chosen or any(f not in ("md", "json") for f in chosen):
-        raise TraceviewError(f"--format {formats!r}: choose from md, json (comma-separated)")
+    diff_renderers = {"md": diff_markdown, "json": json_report, "html": diff_html}
+    if not chosen or any(f not in diff_renderers for f in chosen):
+        raise TraceviewError(f"--format {formats!r}: choose from md, json, html (comma-separated)")
     analysis = _analysis(kwargs)
     config, loaded_rules = _rule_setup(kwargs)
     if output is None:
@@ -671,7 +672,7 @@ def diff(base: Path, head: Path, output: str | None, formats: str, fail_on_regre
     result = build_diff(_load_report(base, analysis, config, loaded_rules), _load_report(head, analysis, config, loaded_rules),
                         threshold_pct=threshold, kernel_threshold_pct=threshold, fail_on_regression_pct=limit)
     for fmt, target in targets.items():
-        text = (diff_markdown if fmt == "md" else json_report).render(result)
+        text = diff_renderers[fmt].render(result)
         if target is None:
             click.echo(text, nl=False)
         else:
