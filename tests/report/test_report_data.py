@@ -13,7 +13,7 @@ import pytest
 
 import traceview
 from conftest import NSYS_TRACES, KINETO_TRACES, DLRM_DIR, VLLM_H100, requires_shared, trace_id
-from traceview.report import json_report, markdown
+from traceview.report import html, json_report, markdown
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
 
@@ -34,6 +34,10 @@ def test_report_json_is_schema_valid_for_every_real_trace(path: Path) -> None:
     assert data["summary"]["kernel_time_ns"] == (trace.scalar("SELECT coalesce(sum(dur_ns), 0) FROM kernels"))
     assert len(data["steps"]) == trace.scalar("SELECT count(*) FROM steps")
     assert len(markdown.render(data)) < 60_000
+    page = html.render(data)
+    assert len(page) < 3_000_000 and data["verdict"][0].split(":")[0] in page
+    if not data["summary"]["kernels"]:
+        assert "no GPU kernels" in page
 
 
 @requires_shared
