@@ -54,7 +54,7 @@ def main() -> None:
             (ranks / f"trace_{chr(97 + i)}.json").symlink_to(path)  # names without ranks: 8 separate traces
     cases = [("DLRM 8 ranks as one job", [str(DLRM)], 8), ("DLRM 8 ranks as 8 traces", [str(ranks)], 8),
              (f"{options.count} generated serving traces", [str(serving)], options.count)]
-    print(f"| case | traces | --jobs | wall s | traces/min | peak RSS MB (main process) |")
+    print("| case | traces | --jobs | wall s | traces/min | peak RSS MB (main process) |")
     print("|---|---:|---:|---:|---:|---:|")
     for name, args, traces in cases:
         for jobs in sorted({1, cores}):

@@ -9,7 +9,6 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 
 from conftest import DLRM_DIR, SHARED_TRACES, requires_shared
 from traceview.testing import llm_serving_spec, write_kineto, write_nsys

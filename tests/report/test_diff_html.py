@@ -16,7 +16,7 @@ import traceview
 from conftest import REPO, SHARED_TRACES
 from test_html import HOSTILE, JSON_BLOCK, assert_offline, chart_rows, chromium, run_chromium, visible_text  # noqa: F401
 from traceview.diff import build_diff
-from traceview.report import diff_html, html
+from traceview.report import diff_html
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
 from traceview.testing import llm_serving_spec, write_kineto

@@ -157,7 +157,7 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
     dtype = "k.dtype" if db.has_column(con, "kernels", "dtype") else "NULL"
     con.register("_dtype_bytes", pa.table({"dtype": list(DTYPE_BYTES), "size": [float(v) for v in DTYPE_BYTES.values()]}))
     con.execute(
-        f"""
+        """
         CREATE OR REPLACE TEMP TABLE _kernel_ops AS
         WITH by_external AS (
             SELECT k.rank, k.kernel_id, o.range_id

@@ -1320,7 +1320,6 @@ def _nsys_rows(plan: _Plan, version: str, diagnostics: list[tuple[int, str, str]
     spec = plan.spec
     off = spec.session_offset_ns
     strings = _Strings(_STRING_PREAMBLE[version])
-    gpus = _gpu_by_id(spec)
     t0, t1 = _time_span(plan)
     pname = {pid: spec.process_names.get(pid, "python3") for pid in plan.pids}
     out: dict[str, list[dict]] = defaultdict(list)
@@ -1656,7 +1655,7 @@ def _kineto_text(plan: _Plan, flavour: str, pid: int, rank: int, trace_name: str
 
     def flow(ph: str, fid: int, epid: int, etid: str, t: int) -> str:
         cat, name = ("async", "launch") if legacy else ("ac2g", "ac2g")
-        tail = f', "bp": "e"' if ph == "f" else ""
+        tail = ', "bp": "e"' if ph == "f" else ""
         return (f'  {{\n    "ph": "{ph}", "id": {fid}, "pid": {epid}, "tid": {etid}, "ts": {ts(t)},\n'
                 f'    "cat": "{cat}", "name": "{name}"{tail}\n  }}')
 
