@@ -193,3 +193,31 @@ def test_report_without_trace_uses_the_bundled_sample(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["trace"]["files"][0].endswith("sample_traces/llm_serving.pt.trace.json.gz")
+
+
+def test_cache_dir_reuses_an_ingest_keyed_by_content(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    import traceview
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "s.json.gz")
+    cache = tmp_path / "cache"
+    first = traceview.load(trace, cache_dir=cache)
+    assert [p.suffix for p in cache.iterdir()] == [".duckdb"]
+    again = traceview.load(trace, cache_dir=cache)
+    query = "SELECT count(*), sum(dur_ns), sum(start_ns) FROM kernels"
+    assert again.sql(query).rows() == first.sql(query).rows()
+    assert again.source == trace and len(list(cache.iterdir())) == 1
+    write_kineto(llm_serving_spec(seed=1), trace)  # new content, new key
+    traceview.load(trace, cache_dir=cache)
+    assert len(list(cache.iterdir())) == 2
+
+
+def test_memory_limit_flag(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "s.json.gz")
+    result = traceview("--memory-limit", "1GB", "query", trace, "SELECT current_setting('memory_limit') AS m",
+                       "--format", "csv")
+    assert result.returncode == 0 and result.stdout.splitlines()[1].endswith("MiB")
+    assert_one_line_error(traceview("--memory-limit", "lots", "info", trace), "expected a size")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from traceview.api import Trace, load
-from traceview.errors import TraceviewError
-
 __version__ = "0.1.0"
+
+from traceview.api import Trace, load  # noqa: E402 - after __version__, which api imports
+from traceview.errors import TraceviewError  # noqa: E402
 __all__ = ["Trace", "TraceviewError", "load", "__version__"]

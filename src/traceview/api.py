@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from traceview import __version__
 from traceview.errors import TraceviewError
 from traceview.ingest import ingest
 from traceview.model import db
@@ -85,16 +88,41 @@ class Trace:
         self.close()
 
 
-def connect() -> duckdb.DuckDBPyConnection:
-    """An in-memory database; DuckDB's progress bar would write to stdout and corrupt JSON output."""
+MEMORY_LIMIT = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
+
+
+def connect(memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory database that spills to a private temporary directory past `memory_limit`.
+
+    DuckDB's progress bar is off: it would write to stdout and corrupt JSON output.
+    """
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
+    con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/traceview-spill-{os.getpid()}'")
+    limit = memory_limit or os.environ.get("TRACEVIEW_MEMORY_LIMIT")
+    if limit:
+        if not MEMORY_LIMIT.match(limit.strip()):
+            con.close()
+            raise TraceviewError(f"--memory-limit {limit!r}: expected a size such as 8GB or 512MiB")
+        con.execute(f"SET memory_limit = '{limit.strip()}'")
     return con
 
 
-def _open_saved(source: Path) -> duckdb.DuckDBPyConnection:
+def content_key(source: Path) -> str:
+    """Cache key: the bytes of the trace (every file of a rank directory), the traceview version and schema."""
+    digest = hashlib.sha256(f"{__version__}\0{db.schema_sql()}".encode())
+    files = sorted(p for p in source.iterdir() if p.is_file()) if source.is_dir() else [source]
+    for file in files:
+        digest.update(file.name.encode() + b"\0")
+        with file.open("rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()[:32]
+
+
+def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Copy a saved database into memory: the file is only ever read, and analysis can add to the copy."""
-    con = connect()
+    con = connect(memory_limit)
     try:
         con.execute("ATTACH ? AS saved (READ_ONLY)", [str(source)])
         tables = {name for (name,) in con.execute(
@@ -113,21 +141,35 @@ def _open_saved(source: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def load(path: str | os.PathLike) -> Trace:
+def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
+         memory_limit: str | None = None) -> Trace:
     """Ingest a trace (nsys .sqlite, Kineto .json[.gz], a directory of ranks) or open a saved .duckdb.
 
     Everything lives in memory (a saved database is attached read-only and copied), so nothing a
-    query or an analysis does can reach the input file.
+    query or an analysis does can reach the input file. With `cache_dir` (or $TRACEVIEW_CACHE_DIR)
+    the ingested tables are kept there, keyed by the trace's content, so the next load is a copy.
+    `memory_limit` (or $TRACEVIEW_MEMORY_LIMIT) caps DuckDB's memory; past it, work spills to disk.
     """
     source = Path(path)
     if not source.exists():
         raise TraceviewError(f"{source}: no such file or directory")
     if source.is_file() and is_duckdb_file(source):
-        return Trace(_open_saved(source), source)
-    con = connect()
+        return Trace(_open_saved(source, memory_limit), source)
+    cache_root = cache_dir or os.environ.get("TRACEVIEW_CACHE_DIR")
+    cached = Path(cache_root) / f"{content_key(source)}.duckdb" if cache_root else None
+    if cached and cached.exists():
+        return Trace(_open_saved(cached, memory_limit), source)
+    con = connect(memory_limit)
     try:
         ingest(source, con)
     except BaseException:
         con.close()
         raise
-    return Trace(con, source)
+    trace = Trace(con, source)
+    if cached:
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceviewError(f"{cached.parent}: cannot create the cache directory ({exc.strerror})") from None
+        trace.save(cached)
+    return trace

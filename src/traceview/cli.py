@@ -87,8 +87,11 @@ def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="traceview")
 @click.option("--debug", is_flag=True, help="Show the full traceback when something fails.")
+@click.option("--memory-limit", envvar="TRACEVIEW_MEMORY_LIMIT", help="Cap DuckDB's memory, e.g. 8GB; work past it spills to disk.")
+@click.option("--cache-dir", envvar="TRACEVIEW_CACHE_DIR", type=click.Path(path_type=Path, file_okay=False),
+              help="Keep ingested traces here, keyed by content, so the next command skips ingest.")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, memory_limit: str | None, cache_dir: Path | None) -> None:
     """Turn GPU profiler traces into answers.
 
     Reads Nsight Systems SQLite exports and PyTorch profiler (Kineto) traces into one DuckDB schema
@@ -99,6 +102,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
       traceview info run.sqlite
     """
     ctx.obj = {"debug": debug}
+    # exported so audit's worker processes inherit them; api.load reads both
+    for name, value in (("TRACEVIEW_MEMORY_LIMIT", memory_limit), ("TRACEVIEW_CACHE_DIR", cache_dir)):
+        if value:
+            os.environ[name] = str(value)
 
 
 @cli.command()
