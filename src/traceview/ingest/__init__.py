@@ -67,8 +67,27 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection) -> None:
         for index, file in enumerate(files):
             default = _rank_from_name(file)
             rank = reader_for(file).read(file, con, index if default is None else default)
+            _check_duplicates(con, rank)
             taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchall()[0][0]
             if taken > 1:
                 raise TraceviewError(f"{file}: rank {rank} is claimed by two traces in {path}")
     else:
-        reader_for(path).read(path, con, None)
+        _check_duplicates(con, reader_for(path).read(path, con, None))
+
+
+def _check_duplicates(con: duckdb.DuckDBPyConnection, rank: int) -> None:
+    """Flag kernels recorded twice (same device, stream, start, end and name): a GPU cannot run them.
+
+    They are kept, so nothing in the file is lost and counts match the file; busy time merges
+    overlapping intervals, so they do not inflate it. The diagnostic says how many there are.
+    """
+    extra = con.execute(
+        """SELECT coalesce(sum(n - 1), 0) FROM (
+               SELECT count(*) AS n FROM kernels WHERE rank = ?
+               GROUP BY device_id, stream_id, start_ns, end_ns, name HAVING count(*) > 1)""",
+        [rank],
+    ).fetchall()[0][0]
+    if extra:
+        db.add_diagnostic(con, rank, "ingest", "warning", "duplicate_events",
+                          f"{extra} kernel executions appear more than once (same device, stream, start, end and "
+                          "name); they are kept as recorded")

@@ -9,8 +9,10 @@ Kineto prints; no rounding to whole microseconds.
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
+import os
 import re
 import tempfile
 import zlib
@@ -27,6 +29,11 @@ READ_CHUNK = 8 << 20
 TAIL_BYTES = 1 << 20
 MAX_HEAD_BYTES = 64 << 20
 EPOCH_2001_US = 10**15
+MAX_JSON_BYTES_ENV = "TRACEVIEW_MAX_JSON_BYTES"
+DEFAULT_MAX_JSON_BYTES = 64 << 30  # decompressed JSON; a bigger one is almost surely a gzip bomb
+SALVAGE_TRIES = 8
+_EVENT_END = re.compile(rb"\}\s*[,\]]")
+_DUCKDB_AT_BYTE = re.compile(r"at byte (\d+) in record/value (\d+)")
 
 LEGACY_CATEGORIES = {
     "Kernel": "kernel",
@@ -135,14 +142,49 @@ def _head_metadata(head: bytes, path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def extract_events(path: Path, events_file: Path) -> dict:
-    """Stream the traceEvents array of `path` into `events_file`; return the other top-level keys."""
+def max_json_bytes() -> int:
+    """The decompressed-size limit: $TRACEVIEW_MAX_JSON_BYTES, else 64 GiB (guards against gzip bombs)."""
+    text = os.environ.get(MAX_JSON_BYTES_ENV)
+    if not text:
+        return DEFAULT_MAX_JSON_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceviewError(f"{MAX_JSON_BYTES_ENV}={text!r}: expected a number of bytes") from None
+    if value <= 0:
+        raise TraceviewError(f"{MAX_JSON_BYTES_ENV}={text!r}: must be positive")
+    return value
+
+
+def _salvage_cuts(tail: bytes, tail_start: int) -> list[int]:
+    """Offsets in the events file just after the last complete-looking events, latest first.
+
+    A `}` followed by `,` or `]` ends an event, or an object nested in one; read() tries each cut.
+    """
+    ends = [m.start() + 1 for m in _EVENT_END.finditer(tail)]
+    return [tail_start + end for end in reversed(ends)][:SALVAGE_TRIES]
+
+
+def extract_events(path: Path, events_file: Path) -> tuple[dict, list[int] | None]:
+    """Stream the traceEvents array of `path` into `events_file`; return the other top-level keys.
+
+    The second value is None for a complete file. For a file cut off inside traceEvents (a killed
+    profiler), it lists candidate offsets at which the events file can be cut and closed so that
+    only complete events remain (see _salvage_events).
+    """
     head = bytearray()
     tail = b""
     found = top_level_list = False
+    limit = max_json_bytes()
+    total = written = 0
     try:
         with _open(path) as src, events_file.open("wb") as dst:
             while chunk := src.read(READ_CHUNK):
+                total += len(chunk)
+                if total > limit:
+                    raise TraceviewError(
+                        f"{path}: JSON text exceeds the {limit:,}-byte limit (a gzip bomb?); "
+                        f"set {MAX_JSON_BYTES_ENV} to a larger number of bytes to read it")
                 if not found:
                     head += chunk
                     text_start = head.lstrip()[:1]
@@ -157,19 +199,22 @@ def extract_events(path: Path, events_file: Path) -> dict:
                     else:
                         continue
                 dst.write(chunk)
+                written += len(chunk)
                 tail = (tail + chunk)[-TAIL_BYTES:]
             if not found:
                 raise TraceviewError(f"{path}: not a PyTorch profiler trace (no traceEvents array)")
             if top_level_list:
-                return {}
+                return {}, None
             split = _split_tail(tail)
             if split is None:
-                raise TraceviewError(f"{path}: truncated trace: the traceEvents array is never closed")
+                return _head_metadata(bytes(head), path), _salvage_cuts(tail, written - len(tail))
             end, tail_metadata = split
             dst.truncate(dst.tell() - (len(tail) - end))
-            return {**_head_metadata(bytes(head), path), **tail_metadata}
+            return {**_head_metadata(bytes(head), path), **tail_metadata}, None
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceviewError(f"{path}: damaged gzip stream ({exc})") from None
+    except OSError as exc:
+        raise TraceviewError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def _int_or_none(value) -> int | None:
@@ -183,42 +228,109 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     """Load one Kineto trace; its rank is the trace's own `distributedInfo.rank`, else `rank`, else 0."""
     with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
         events_file = Path(tmp) / "events.json"
-        meta = extract_events(path, events_file)
+        meta, cuts = extract_events(path, events_file)
         dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
         own_rank = _int_or_none(dist.get("rank"))
         rank = own_rank if own_rank is not None else (rank or 0)
         base_ns = _int_or_none(meta.get("baseTimeNanoseconds")) or 0
-        _load_events(con, events_file, path)
+        if cuts is None:
+            notes = _load_events(con, events_file, path)
+        else:
+            notes = _salvage_events(con, events_file, path, cuts)
     _insert_trace_info(con, path, meta, rank, base_ns, _int_or_none(dist.get("world_size")))
     _insert_devices(con, meta, rank)
     _stage_events(con, rank, base_ns)
     _add_diagnostics(con, rank)
+    for code, message in notes:
+        db.add_diagnostic(con, rank, "ingest", "warning", code, message)
     con.execute("DROP TABLE _kineto_events")
     db.finish_stages(con, rank, match_pid=False)
     return rank
 
 
-def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) -> None:
+def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list[tuple[str, str]]:
+    """Keep the complete events of a trace whose traceEvents array was never closed.
+
+    A profiler killed mid-write leaves a valid prefix; cutting after the last complete event and
+    closing the array recovers everything it wrote. Each candidate cut is tried, latest first.
+    """
+    for cut in cuts:
+        with events_file.open("r+b") as f:
+            f.truncate(cut)
+            f.seek(cut)
+            f.write(b"]")
+        try:
+            notes = _load_events(con, events_file, path)
+        except TraceviewError:
+            continue
+        kept = con.execute("SELECT count(*) FROM _kineto_events").fetchall()[0][0]
+        message = (f"the file ends inside traceEvents (profiler killed while writing?): kept the {kept} "
+                   "complete events before the cut; later events are missing")
+        return [*notes, ("truncated_trace", message)]
+    raise TraceviewError(f"{path}: truncated trace: the traceEvents array is never closed "
+                         "and no complete event could be recovered")
+
+
+def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) -> list[tuple[str, str]]:
+    """Read the events into _kineto_events; returns diagnostics (code, message) to add.
+
+    DuckDB rejects invalid UTF-8, which real traces carry in truncated kernel names: the file is
+    then rewritten with U+FFFD replacements and read again, with an `invalid_utf8` diagnostic.
+    """
+    try:
+        _read_events_file(con, events_file)
+        return []
+    except duckdb.Error as exc:
+        message = str(exc).splitlines()[0]
+        if "invalid UTF-8" not in message:
+            raise TraceviewError(f"{path}: invalid trace JSON ({_clean_duckdb_message(message)})") from None
+    _replace_invalid_utf8(events_file)
+    try:
+        _read_events_file(con, events_file)
+    except duckdb.Error as exc:
+        message = _clean_duckdb_message(str(exc).splitlines()[0])
+        raise TraceviewError(f"{path}: invalid trace JSON ({message})") from None
+    return [("invalid_utf8", "trace holds bytes that are not UTF-8; they were replaced with U+FFFD")]
+
+
+def _clean_duckdb_message(message: str) -> str:
+    """DuckDB's message without the temporary file's name, saying where in traceEvents it failed."""
+    message = re.sub(r"^[A-Za-z ]+Error: ", "", message)
+    message = re.sub(r' in file "[^"]*"', "", message).strip().rstrip(".").strip()
+    at = _DUCKDB_AT_BYTE.search(message)
+    if at:
+        rest = message[at.end():].lstrip(": ")
+        message = f"traceEvents record {at.group(2)}, byte {at.group(1)} of the array" + (f": {rest}" if rest else "")
+    return message.replace(", in record/value", " in traceEvents record")
+
+
+def _replace_invalid_utf8(events_file: Path) -> None:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fixed = events_file.with_suffix(".utf8.json")
+    with events_file.open("rb") as src, fixed.open("w", encoding="utf-8") as dst:
+        while chunk := src.read(READ_CHUNK):
+            dst.write(decoder.decode(chunk))
+        dst.write(decoder.decode(b"", final=True))
+    os.replace(fixed, events_file)
+
+
+def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path) -> None:
     args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
     arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
-    try:
-        con.execute(
-            f"""
-            CREATE OR REPLACE TEMP TABLE _kineto_events AS
-            SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list}
-            FROM (
-                SELECT *, json_extract_string(args, [{args}]) AS a,
-                       CASE cat {' '.join(f"WHEN '{k}' THEN '{v}'" for k, v in LEGACY_CATEGORIES.items())} END AS map_cat
-                FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = 268435456)
-                WHERE ph IN ('X', 'i', 'I')
-            )
-            """,
-            [str(events_file)],
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _kineto_events AS
+        SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list}
+        FROM (
+            SELECT *, json_extract_string(args, [{args}]) AS a,
+                   CASE cat {' '.join(f"WHEN '{k}' THEN '{v}'" for k, v in LEGACY_CATEGORIES.items())} END AS map_cat
+            FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = 268435456)
+            WHERE ph IN ('X', 'i', 'I')
         )
-    except duckdb.Error as exc:
-        message = str(exc).splitlines()[0]
-        raise TraceviewError(f"{path}: invalid trace JSON ({message})") from None
+        """,
+        [str(events_file)],
+    )
 
 
 def _insert_trace_info(con, path: Path, meta: dict, rank: int, base_ns: int, world_size: int | None) -> None:

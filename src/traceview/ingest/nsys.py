@@ -33,6 +33,24 @@ NVTX_RANGE_TYPES = (59, 60, 70, 71)
 NVTX_MARK_TYPE = 34
 NVTX_DOMAIN_CREATE = 75
 DIAGNOSTIC_SEVERITIES = {0: "info", 1: "info", 2: "warning", 3: "error", 4: "info"}  # 4 = Verbose
+KNOWN_SCHEMA_MAJOR = 3  # EXPORT_SCHEMA_VERSION 3.x: every export up to nsys 2026.3
+
+
+class LenientText:
+    """sqlite3 text_factory: UTF-8, with invalid bytes replaced (and counted) instead of failing the read.
+
+    Truncated or corrupted names in real exports otherwise abort the whole ingest.
+    """
+
+    def __init__(self) -> None:
+        self.replaced = 0
+
+    def __call__(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.replaced += 1
+            return data.decode("utf-8", "replace")
 
 
 def sniff(path: Path, head: bytes) -> bool:
@@ -47,6 +65,8 @@ def open_readonly(path: Path) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
     except sqlite3.DatabaseError as exc:
         raise TraceviewError(f"{path}: not a readable SQLite database ({exc})") from None
+    except UnicodeDecodeError:  # sqlite3 cannot decode the error message of a garbled schema
+        raise TraceviewError(f"{path}: not a readable SQLite database (garbled schema)") from None
     return conn
 
 
@@ -102,6 +122,7 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     """Load one export into the schema as `rank` (0 when not given). Returns the rank used."""
     rank = 0 if rank is None else rank
     conn = open_readonly(path)
+    conn.text_factory = text = LenientText()
     try:
         export = Export(conn)
         if not export.has("StringIds", "id", "value"):
@@ -115,9 +136,17 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
         _read_memops(con, export, rank)
         _read_ranges(con, export, rank)
         _read_diagnostics(con, export, rank)
+        if text.replaced:
+            db.add_diagnostic(con, rank, "ingest", "warning", "invalid_utf8",
+                              f"{text.replaced} strings hold bytes that are not UTF-8; they were replaced with U+FFFD")
         db.finish_stages(con, rank, match_pid=True)
     except sqlite3.DatabaseError as exc:
         raise TraceviewError(f"{path}: damaged SQLite export ({exc})") from None
+    except UnicodeDecodeError:  # sqlite3 cannot decode the error message (or a table name) of a garbled file
+        raise TraceviewError(f"{path}: damaged SQLite export (garbled, undecodable text)") from None
+    except duckdb.Error as exc:  # a SQLite error raised while DuckDB streams the rows
+        message = str(exc).splitlines()[0]
+        raise TraceviewError(f"{path}: damaged SQLite export ({message})") from None
     finally:
         conn.close()
     return rank
@@ -144,6 +173,17 @@ def _read_trace_info(path: Path, con: duckdb.DuckDBPyConnection, export: Export,
             origin,
         ],
     )
+    _check_schema_version(con, rank, meta.get("EXPORT_SCHEMA_VERSION"))
+
+
+def _check_schema_version(con: duckdb.DuckDBPyConnection, rank: int, version) -> None:
+    """A newer export schema is read as best we can (tables and columns are probed), with a warning."""
+    major = str(version or "").split(".")[0]
+    if major.isdigit() and int(major) <= KNOWN_SCHEMA_MAJOR or not version:
+        return
+    db.add_diagnostic(con, rank, "ingest", "warning", "unknown_schema_version",
+                      f"export schema {version} is newer than the {KNOWN_SCHEMA_MAJOR}.x this traceview knows: "
+                      "tables and columns it does not know were skipped; check the results")
 
 
 def _read_devices(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:

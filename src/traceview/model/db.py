@@ -182,8 +182,27 @@ def drop_stages(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"DROP TABLE IF EXISTS _stage_{table}")
 
 
+# No real event lasts 11 days or ends after 2096 (epoch ns); such values are corrupt and would overflow sums.
+MAX_EVENT_NS = 10**15
+MAX_TIMESTAMP_NS = 4 * 10**18
+
+
+def drop_implausible_times(con: duckdb.DuckDBPyConnection, rank: int) -> None:
+    """Drop staged events whose times cannot be real, and say how many in diagnostics."""
+    dropped = 0
+    for table in ("_stage_api_calls", "_stage_kernels", "_stage_memops", "_stage_ranges"):
+        condition = (f"abs(start_ns) > {MAX_TIMESTAMP_NS} OR abs(end_ns) > {MAX_TIMESTAMP_NS} "
+                     f"OR end_ns - start_ns > {MAX_EVENT_NS}")
+        dropped += con.execute(f"SELECT count(*) FROM {table} WHERE {condition}").fetchall()[0][0]
+        con.execute(f"DELETE FROM {table} WHERE {condition}")
+    if dropped:
+        add_diagnostic(con, rank, "ingest", "warning", "implausible_times",
+                       f"{dropped} events with impossible timestamps or durations (over 11 days, or past year 2096) were dropped")
+
+
 def finish_stages(con: duckdb.DuckDBPyConnection, rank: int, *, match_pid: bool) -> None:
     """Run every format-independent load step for one rank, then drop the stages."""
+    drop_implausible_times(con, rank)
     finish_api_calls(con)
     finish_kernels(con, match_pid=match_pid)
     finish_memops(con)
