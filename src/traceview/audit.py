@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import os
+import statistics
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from traceview.errors import TraceviewError
+from traceview.model.db import dict_rows
 
 AUDIT_VERSION = 1
 SEVERITIES = ("error", "warning", "info")
@@ -83,19 +85,16 @@ def _error_row(path: str, message: str) -> dict:
 
 
 def _rank_rows(con) -> list[dict]:
-    from traceview.rules.engine import plain
-
-    cursor = con.execute(
+    return dict_rows(
+        con,
         """
         SELECT k.rank, count(*) AS kernels, sum(k.dur_ns)::BIGINT AS kernel_time_ns,
                coalesce(sum(k.dur_ns) FILTER (WHERE k.category = 'communication'), 0)::BIGINT AS comm_time_ns,
                coalesce(sum(k.dur_ns) FILTER (WHERE k.category <> 'communication'), 0)::BIGINT AS compute_time_ns,
                max(k.end_ns) - min(k.start_ns) AS gpu_span_ns
         FROM kernels k GROUP BY k.rank ORDER BY k.rank
-        """
+        """,
     )
-    names = [d[0] for d in cursor.description]
-    return [{n: plain(v) for n, v in zip(names, row)} for row in cursor.fetchall()]
 
 
 def straggler_view(ranks: list[dict]) -> dict | None:
@@ -109,7 +108,7 @@ def straggler_view(ranks: list[dict]) -> dict | None:
 
     def spread(key: str) -> dict:
         values = sorted(r[key] for r in ranks)
-        median = values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+        median = statistics.median(values)
         top = max(ranks, key=lambda r: abs(r[key] - median))
         return {"median_ns": median, "max_ns": values[-1], "min_ns": values[0],
                 "max_over_median": values[-1] / median if median else None,

@@ -7,7 +7,9 @@ format, so ids, range nesting and kernel-to-launch links never differ between ns
 
 from __future__ import annotations
 
+from decimal import Decimal
 from importlib import resources
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -21,6 +23,26 @@ def schema_sql() -> str:
 
 def create_schema(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(schema_sql())
+
+
+def plain(value: Any) -> Any:
+    """JSON-ready values: DuckDB hands back Decimals for sums and nested lists/dicts for structs."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if isinstance(value, float) and value != value:  # NaN
+        return None
+    return value
+
+
+def dict_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict[str, Any]]:
+    """Run a query and return its rows as JSON-ready dicts (what reports and audits hand around)."""
+    cursor = con.execute(sql, params or [])
+    names = [d[0] for d in cursor.description]
+    return [{n: plain(v) for n, v in zip(names, values)} for values in cursor.fetchall()]
 
 
 def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:

@@ -12,7 +12,8 @@ from typing import Any
 import duckdb
 
 from traceview.analysis.intervals import busy_time_sql
-from traceview.rules.engine import CheckResult, plain
+from traceview.model.db import dict_rows
+from traceview.rules.engine import CheckResult
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 25
@@ -20,19 +21,13 @@ ROOFLINE_KERNEL_POINTS = 300
 PHASE_ORDER = ("prefill", "decode", "mixed", "unknown", "empty", "other")
 
 
-def _rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> list[dict[str, Any]]:
-    cursor = con.execute(sql, params or [])
-    names = [d[0] for d in cursor.description]
-    return [{n: plain(v) for n, v in zip(names, values)} for values in cursor.fetchall()]
-
-
 def _one(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any]:
-    rows = _rows(con, sql)
+    rows = dict_rows(con, sql)
     return rows[0] if rows else {}
 
 
 def _trace(con) -> dict[str, Any]:
-    files = _rows(con, "SELECT rank, file, source_format, producer, producer_version, schema_version, world_size, "
+    files = dict_rows(con, "SELECT rank, file, source_format, producer, producer_version, schema_version, world_size, "
                        "time_base, start_ns, end_ns FROM trace_info ORDER BY rank")
     first = files[0] if files else {}
     starts = [f["start_ns"] for f in files if f["start_ns"] is not None]
@@ -62,7 +57,7 @@ def _gpu(con) -> dict[str, Any]:
         GROUP BY d.name, d.spec_id, s.name, s.hbm_bytes_per_s, d.sm_count, d.memory_bytes, d.rank, d.device_id
         ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
     if gpu.get("spec_id"):
-        peaks = _rows(con, "SELECT dtype, peak_flops / 1e12 AS tflops FROM gpu_peaks WHERE spec_id = ? ORDER BY peak_flops DESC",
+        peaks = dict_rows(con, "SELECT dtype, peak_flops / 1e12 AS tflops FROM gpu_peaks WHERE spec_id = ? ORDER BY peak_flops DESC",
                       [gpu["spec_id"]])
         gpu["peak_tflops"] = {p["dtype"]: p["tflops"] for p in peaks}
         bf16 = gpu["peak_tflops"].get("bf16") or gpu["peak_tflops"].get("fp16")
@@ -86,12 +81,11 @@ def _summary(con) -> dict[str, Any]:
                coalesce(sum(s.span_ns), 0)::BIGINT AS gpu_span_ns,
                100.0 * (1 - sum(b.busy_ns) / nullif(sum(s.span_ns), 0)) AS gpu_idle_pct
         FROM spans s JOIN busy b USING (rank, device_id)""")
-    summary["span_ns"] = None
     return summary
 
 
 def _phases(con) -> list[dict[str, Any]]:
-    phases = _rows(con, """
+    phases = dict_rows(con, """
         SELECT p.phase, sum(p.steps)::BIGINT AS steps, sum(p.wall_ns)::BIGINT AS time_ns,
                sum(p.gpu_busy_ns)::BIGINT AS gpu_busy_ns, sum(p.kernel_time_ns)::BIGINT AS kernel_time_ns,
                sum(p.flops) AS flops, sum(p.bytes) AS bytes,
@@ -111,7 +105,7 @@ def _phases(con) -> list[dict[str, Any]]:
 
 
 def _steps(con) -> list[dict[str, Any]]:
-    return _rows(con, """
+    return dict_rows(con, """
         SELECT row_number() OVER (ORDER BY rank, step_id) - 1 AS index, rank, step_id, phase, phase_source,
                confidence, start_ns, end_ns, end_ns - start_ns AS wall_ns, gpu_time_ns, kernels,
                struct_pack(prefill := prefill_tokens, decode := decode_tokens) AS tokens, name
@@ -119,7 +113,7 @@ def _steps(con) -> list[dict[str, Any]]:
 
 
 def _top_kernels(con) -> list[dict[str, Any]]:
-    return _rows(con, f"""
+    return dict_rows(con, f"""
         SELECT k.short_name, any_value(k.name) AS name, any_value(k.category) AS category, any_value(k.dtype) AS dtype,
                count(*) AS count, sum(k.dur_ns)::BIGINT AS time_ns,
                100.0 * sum(k.dur_ns) / (SELECT sum(dur_ns) FROM kernels) AS share_pct,
@@ -132,14 +126,14 @@ def _top_kernels(con) -> list[dict[str, Any]]:
 
 def _kernel_families(con) -> list[dict[str, Any]]:
     """Every kernel family (short name and category) with its time: what `traceview diff` compares."""
-    return _rows(con, """
+    return dict_rows(con, """
         SELECT short_name, category, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
                string_agg(DISTINCT phase, ', ' ORDER BY phase) AS phases
         FROM kernels GROUP BY short_name, category ORDER BY time_ns DESC, short_name, category""")
 
 
 def _categories(con) -> list[dict[str, Any]]:
-    return _rows(con, """
+    return dict_rows(con, """
         SELECT phase, category, kernels, time_ns, 100.0 * time_ns / sum(time_ns) OVER (PARTITION BY phase) AS share_of_phase_pct
         FROM (SELECT phase, category, count(*) AS kernels, sum(dur_ns)::BIGINT AS time_ns FROM kernels GROUP BY ALL)
         ORDER BY phase, time_ns DESC""")
@@ -147,15 +141,15 @@ def _categories(con) -> list[dict[str, Any]]:
 
 def _roofline(con) -> dict[str, Any]:
     """Points for the roofline chart: phases, categories, and the longest kernels (sampled, never all)."""
-    kernels = _rows(con, f"""
+    kernels = dict_rows(con, f"""
         SELECT name, category, phase, dtype, dur_ns, arithmetic_intensity, achieved_tflops, achieved_tbps, bound, pct_of_roof
         FROM roofline_kernels WHERE arithmetic_intensity > 0 AND achieved_tflops > 0
         ORDER BY dur_ns DESC LIMIT {ROOFLINE_KERNEL_POINTS}""")
-    categories = _rows(con, """
+    categories = dict_rows(con, """
         SELECT category, sum(time_ns)::BIGINT AS time_ns, sum(flops) / sum(bytes) AS arithmetic_intensity,
                sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops, avg(pct_of_roof) AS pct_of_roof
         FROM roofline_by_category WHERE flops > 0 AND bytes > 0 GROUP BY category""")
-    phases = _rows(con, """
+    phases = dict_rows(con, """
         SELECT phase, sum(flops) / sum(bytes) AS arithmetic_intensity,
                sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops, avg(pct_of_roof) AS pct_of_roof
         FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase""")
@@ -163,7 +157,7 @@ def _roofline(con) -> dict[str, Any]:
 
 
 def _capture(con, result: CheckResult) -> dict[str, Any]:
-    diagnostics = _rows(con, """
+    diagnostics = dict_rows(con, """
         SELECT rank, source, severity, code, message, count(*) AS occurrences FROM diagnostics
         GROUP BY rank, source, severity, code, message ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rank, code, message""")
     return {"diagnostics": diagnostics, "skipped_rules": [s.to_dict() for s in result.skipped]}

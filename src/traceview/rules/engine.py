@@ -11,12 +11,12 @@ import hashlib
 import re
 import string
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 import duckdb
 
 from traceview.model import db
+from traceview.model.db import plain
 from traceview.rules.config import RuleConfig
 from traceview.rules.loader import SEVERITIES, Rule
 
@@ -67,19 +67,6 @@ class CheckResult:
         """Whether any finding is at or above the `fail_on` severity."""
         floor = SEVERITIES.index(fail_on)
         return any(SEVERITIES.index(f.severity) >= floor for f in self.findings)
-
-
-def plain(value: Any) -> Any:
-    """JSON-ready values: DuckDB hands back Decimals for sums and nested lists/dicts for structs."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, float) and value != value:  # NaN
-        return None
-    return value
 
 
 class _LenientFormatter(string.Formatter):
