@@ -77,3 +77,17 @@ def test_post_export_mutated_kernel_table_reads_by_column_name() -> None:
     """DLProf appended columns to the kernel table after export; columns are read by name."""
     trace = load_cached(NSYS / "MohanadOdema__DLProf__w_Relu_nsys_profile.sqlite")
     assert trace.scalar("SELECT count(*) FROM kernels WHERE name = '' OR short_name = ''") == 0
+
+
+def test_derived_short_names_match_nsys_short_names() -> None:
+    """Kineto has no shortName; the one traceview derives must equal what nsys itself stores."""
+    from conftest import NSYS_TRACES
+    from traceview.model.db import short_kernel_name
+
+    pairs = {
+        (name, short)
+        for path in NSYS_TRACES
+        for name, short in load_cached(path).con.execute("SELECT DISTINCT name, short_name FROM kernels").fetchall()
+    }
+    assert len(pairs) == 133
+    assert [(n, s) for n, s in pairs if short_kernel_name(n) != s] == []
