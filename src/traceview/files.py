@@ -27,3 +27,10 @@ def write_atomically(path: Path, text: str) -> None:
         if tmp and os.path.exists(tmp):
             os.unlink(tmp)
         raise TraceviewError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def user_cache_dir() -> Path:
+    """Where traceview keeps what it can rebuild: $TRACEVIEW_CACHE_DIR, else the XDG cache directory."""
+    if configured := os.environ.get("TRACEVIEW_CACHE_DIR"):
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "traceview"

@@ -359,3 +359,22 @@ def test_screenshot(report: str, chromium: str, request: pytest.FixtureRequest) 
     shot.unlink(missing_ok=True)
     run_chromium(chromium, source, f"--screenshot={shot}", "--window-size=1280,4000", "--hide-scrollbars")
     assert shot.is_file() and shot.stat().st_size > 50_000
+
+
+def test_vega_bundle_is_built_once_and_then_read_from_the_cache(tmp_path, monkeypatch) -> None:
+    import vl_convert
+
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path))
+    html.vega_javascript.cache_clear()
+    built = html.vega_javascript()
+    cached = tmp_path / f"vega-bundle-{vl_convert.__version__}.js"
+    assert cached.read_text(encoding="utf-8") == built
+    assert "vegaEmbed" in built and "</script" not in built.lower()
+
+    def no_rebuild():
+        raise AssertionError("the bundle was rebuilt although it is cached")
+
+    monkeypatch.setattr(vl_convert, "javascript_bundle", no_rebuild)
+    html.vega_javascript.cache_clear()
+    assert html.vega_javascript() == built
+    html.vega_javascript.cache_clear()

@@ -21,6 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from traceview.errors import TraceviewError
+from traceview.files import user_cache_dir, write_atomically
 from traceview.report import format as fmt
 from traceview.report.data import PHASE_ORDER
 
@@ -44,13 +45,28 @@ def default_templates_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def vega_javascript() -> str:
-    """Vega, Vega-Lite and vega-embed as one script, safe to place inside a <script> element."""
+    """Vega, Vega-Lite and vega-embed as one script, safe to place inside a <script> element.
+
+    vl-convert builds the bundle in about 1.5 s, the largest fixed cost of a report, so the bundle is
+    kept in the user cache directory, one file per vl-convert version.
+    """
     try:
         import vl_convert
     except ImportError as error:
         raise TraceviewError("the HTML report needs vl-convert-python: pip install vl-convert-python") from error
+    cached = user_cache_dir() / f"vega-bundle-{vl_convert.__version__}.js"
+    try:
+        return cached.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        pass
     bundle = vl_convert.javascript_bundle()  # defines window.vegaEmbed
-    return re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE).replace("<!--", "<\\!--")
+    script = re.sub(r"</(script)", r"<\\/\1", bundle, flags=re.IGNORECASE).replace("<!--", "<\\!--")
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(cached, script)
+    except (OSError, TraceviewError):
+        pass  # a read-only home only costs the rebuild next time
+    return script
 
 
 @lru_cache(maxsize=4)
