@@ -91,3 +91,53 @@ def test_derived_short_names_match_nsys_short_names() -> None:
     }
     assert len(pairs) == 133
     assert [(n, s) for n, s in pairs if short_kernel_name(n) != s] == []
+
+
+TABLES = ("kernels", "api_calls", "ranges", "memops", "devices", "diagnostics")
+
+
+def _contents(trace) -> dict[str, list[tuple]]:
+    return {table: trace.con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() for table in TABLES}
+
+
+@pytest.mark.parametrize("name", [
+    "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite",
+    "LeiWang1999__memfusion_artifact__report1.sqlite",
+    "MohanadOdema__DLProf__nsys_profile.sqlite",
+])
+def test_parallel_csv_dump_reads_the_same_tables_as_fetching_rows(name: str, monkeypatch) -> None:
+    """The dump path (child processes, CSV, DuckDB) is used for large tables; force it on real exports."""
+    import traceview
+    from traceview.ingest import nsys
+
+    by_rows = _contents(traceview.load(NSYS / name))
+    monkeypatch.setattr(nsys, "DUMP_MIN_ROWS", 1)
+    monkeypatch.setattr(nsys, "DUMP_CHUNK_ROWS", 7)  # several chunks per child, and a short last one
+    dumped = {}
+    real_dump = nsys._stage_dumped
+    monkeypatch.setattr(nsys, "_stage_dumped", lambda *args: dumped.setdefault(args[2], real_dump(*args)))
+    assert _contents(traceview.load(NSYS / name)) == by_rows
+    assert dumped == {"_nsys_kernels": True, "_nsys_runtime": True}
+
+
+def test_a_value_the_dump_cannot_parse_falls_back_to_fetching_rows(tmp_path, monkeypatch) -> None:
+    """A text value where nsys writes integers (a hand-edited export) must not be read differently by the dump."""
+    import shutil
+    import sqlite3
+
+    import traceview
+    from traceview.errors import TraceviewError
+    from traceview.ingest import nsys
+
+    path = tmp_path / "edited.sqlite"
+    shutil.copy(BOLONGCHENG_FWD, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET gridX = 'x,y' WHERE rowid = 3")
+    conn.close()
+    with pytest.raises(TraceviewError) as by_rows:
+        traceview.load(path)
+    monkeypatch.setattr(nsys, "DUMP_MIN_ROWS", 1)
+    with pytest.raises(TraceviewError) as dumped:
+        traceview.load(path)
+    assert str(dumped.value) == str(by_rows.value)
+    assert "Could not convert 'x,y'" in str(dumped.value)
