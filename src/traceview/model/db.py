@@ -75,14 +75,24 @@ def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         r"""
         INSERT INTO api_calls
-        SELECT rank,
-               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, pid, tid, correlation_id, name) - 1,
-               pid, tid, clean_name, api, start_ns, end_ns, end_ns - start_ns, correlation_id,
-               (clean_name GLOB '*Launch*' AND NOT clean_name GLOB '*LaunchHostFunc*'),
-               (clean_name GLOB '*Synchronize*'
-                 OR (clean_name GLOB '*Memcpy*' AND NOT clean_name GLOB '*Async*')),
-               external_id
-        FROM (SELECT *, regexp_replace(name, '_v[0-9]{4,}$', '') AS clean_name FROM _stage_api_calls)
+        WITH names AS (
+            -- name rules run once per distinct API name, not once per call
+            SELECT name, clean_name,
+                   (clean_name GLOB '*Launch*' AND NOT clean_name GLOB '*LaunchHostFunc*') AS is_launch,
+                   (clean_name GLOB '*Synchronize*'
+                     OR (clean_name GLOB '*Memcpy*' AND NOT clean_name GLOB '*Async*')) AS is_sync
+            FROM (SELECT name, regexp_replace(name, '_v[0-9]{4,}$', '') AS clean_name
+                  FROM (SELECT DISTINCT name FROM _stage_api_calls))
+        ),
+        ids AS (
+            SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns, pid, tid, correlation_id, name) - 1 AS id
+            FROM _stage_api_calls
+        )
+        SELECT rank, ids.id, pid, tid, clean_name, api, start_ns, end_ns, end_ns - start_ns, correlation_id,
+               is_launch, is_sync, external_id
+        FROM _stage_api_calls a
+        JOIN ids ON ids.row = a.rowid
+        JOIN names n ON n.name IS NOT DISTINCT FROM a.name
         """
     )
 
@@ -99,13 +109,15 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
         f"""
         INSERT INTO kernels
         WITH launches AS (
-            SELECT rank, pid, tid, name, correlation_id FROM api_calls
-            WHERE correlation_id IS NOT NULL AND is_launch
-            QUALIFY row_number() OVER (PARTITION BY rank, pid, correlation_id ORDER BY start_ns) = 1
+            -- the first launch call of each correlation id (an aggregate: cheaper than a window)
+            SELECT rank, pid, correlation_id, launch.tid, launch.name
+            FROM (SELECT rank, pid, correlation_id, arg_min({{'tid': tid, 'name': name}}, start_ns) AS launch
+                  FROM api_calls WHERE correlation_id IS NOT NULL AND is_launch
+                  GROUP BY rank, pid, correlation_id)
         ),
         -- number rows on a narrow projection: sorting full rows (long names) doubles peak memory
         ids AS (
-            SELECT rowid AS row, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, name) - 1 AS id
+            SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, name) - 1 AS id
             FROM _stage_kernels
         )
         SELECT k.rank, ids.id,
@@ -128,7 +140,7 @@ def finish_memops(con: duckdb.DuckDBPyConnection) -> None:
         """
         INSERT INTO memops
         SELECT rank,
-               row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, kind) - 1,
+               row_number() OVER (ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, kind) - 1,
                kind, copy_kind, bytes, src_kind, dst_kind, device_id, stream_id, pid,
                start_ns, end_ns, end_ns - start_ns, correlation_id, name
         FROM _stage_memops
@@ -148,7 +160,7 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
         """
         CREATE OR REPLACE TEMP TABLE _ranges_numbered AS
         WITH ids AS (
-            SELECT rowid AS row, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS range_id
+            SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS range_id
             FROM _stage_ranges
         )
         SELECT r.*, ids.range_id FROM _stage_ranges r JOIN ids ON ids.row = r.rowid
@@ -223,7 +235,10 @@ def drop_implausible_times(con: duckdb.DuckDBPyConnection, rank: int) -> None:
 
 
 def finish_stages(con: duckdb.DuckDBPyConnection, rank: int, *, match_pid: bool) -> None:
-    """Run every format-independent load step for one rank, then drop the stages."""
+    """Run every format-independent load step for one rank, then drop the stages.
+
+    The stages hold one rank, so ids are numbered with a plain ORDER BY: a window partitioned by
+    a single rank sorts on one thread, the unpartitioned one in parallel (2.8 s -> 1.3 s, 2M kernels)."""
     drop_implausible_times(con, rank)
     finish_api_calls(con)
     finish_kernels(con, match_pid=match_pid)
