@@ -177,9 +177,12 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
             FROM _ranges_numbered
         ),
         depths AS (
+            -- every range opens and closes on its own (pid, tid, kind), so the deltas of each such group
+            -- sum to zero and one running sum over all groups in order equals the per-group one; an
+            -- unpartitioned window sorts in parallel, one partitioned by a few hot threads does not
             SELECT rank, range_id,
-                   sum(delta) OVER (PARTITION BY rank, pid, tid, kind
-                                    ORDER BY t, ord, tie, range_id ROWS UNBOUNDED PRECEDING) - 1 AS depth
+                   sum(delta) OVER (ORDER BY rank, pid, tid, kind, t, ord, tie, range_id
+                                    ROWS UNBOUNDED PRECEDING) - 1 AS depth
             FROM edges
             QUALIFY delta = 1
         )
