@@ -102,3 +102,47 @@ def test_integer_microsecond_traces_without_device_properties(name: str) -> None
     trace = load_cached(TORCH / name)
     assert trace.scalar("SELECT count(*) FROM devices") == 0
     assert trace.scalar("SELECT min(start_ns) % 1000 FROM kernels") == 0
+
+
+TABLES = ("trace_info", "devices", "kernels", "memops", "api_calls", "ranges", "diagnostics")
+
+
+def _contents(trace) -> dict[str, list[tuple]]:
+    return {table: trace.con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() for table in TABLES}
+
+
+@pytest.mark.parametrize("trace_path", [VLLM_H100, DLRM_DIR], ids=["vllm-h100", "dlrm-8-ranks"])
+def test_streamed_parse_reads_the_same_tables_as_the_temporary_file(trace_path, monkeypatch) -> None:
+    """The pipe path (decompression feeding DuckDB through a FIFO) must match the file path exactly."""
+    import threading
+
+    import traceview
+    from traceview.ingest import kineto
+
+    streamed = []
+    real_stream = kineto._load_streamed
+    monkeypatch.setattr(kineto, "_load_streamed", lambda *args: streamed.append(real_stream(*args)) or streamed[-1])
+    through_pipe = _contents(traceview.load(trace_path))
+    assert streamed and all(result is not None for result in streamed)
+    assert not [t for t in threading.enumerate() if t.name == "traceview-feed"]
+
+    monkeypatch.setattr(kineto, "_load_streamed", lambda *args: None)
+    assert _contents(traceview.load(trace_path)) == through_pipe
+
+
+def test_a_trace_the_pipe_cannot_parse_falls_back_to_the_file_and_its_repairs(tmp_path) -> None:
+    """Invalid UTF-8 stops DuckDB mid-stream; the feeding thread must stop and the file path repair it."""
+    import threading
+
+    import traceview
+
+    events = [{"ph": "X", "cat": "kernel", "name": f"k\udcff{i}" if i == 5000 else f"k{i}", "pid": 0, "tid": 7,
+               "ts": 1000 + i, "dur": 1, "args": {"correlation": i, "device": 0, "stream": 7}} for i in range(20000)]
+    text = json.dumps({"traceEvents": events}, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    path = tmp_path / "bad_utf8.pt.trace.json"
+    path.write_bytes(text)
+    trace = traceview.load(path)
+    assert trace.scalar("SELECT count(*) FROM kernels") == 20000
+    assert trace.scalar("SELECT count(*) FROM diagnostics WHERE code = 'invalid_utf8'") == 1
+    assert trace.scalar("SELECT name FROM kernels WHERE correlation_id = 5000") == "k\ufffd5000"
+    assert not [t for t in threading.enumerate() if t.name == "traceview-feed"]

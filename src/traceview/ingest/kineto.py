@@ -1,9 +1,10 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON, gzip or plain, 2021 legacy categories to today.
 
 A Kineto file is one JSON object holding a huge `traceEvents` array. Parsing it as one record is
-slow, so the array is streamed (decompressing on the fly) into a temporary file and DuckDB reads it
-as an array of records with declared column types, in parallel and without a Python object per
-event. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
+slow, so a thread decompresses the array into a named pipe while DuckDB reads it as an array of
+records with declared column types, without a Python object per event: decompression and parsing
+overlap and the JSON never touches the disk. A file that needs repairs (invalid UTF-8, an array
+cut off by a killed profiler) takes the slower path through a temporary file. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
 Kineto prints; no rounding to whole microseconds.
 """
 
@@ -15,8 +16,10 @@ import json
 import os
 import re
 import tempfile
+import threading
 import zlib
 from pathlib import Path
+from typing import BinaryIO
 
 import duckdb
 
@@ -165,20 +168,22 @@ def _salvage_cuts(tail: bytes, tail_start: int) -> list[int]:
     return [tail_start + end for end in reversed(ends)][:SALVAGE_TRIES]
 
 
-def extract_events(path: Path, events_file: Path) -> tuple[dict, list[int] | None]:
-    """Stream the traceEvents array of `path` into `events_file`; return the other top-level keys.
+def copy_events(path: Path, sink: BinaryIO) -> tuple[dict, list[int] | None]:
+    """Stream the traceEvents array of `path` into `sink`; return the other top-level keys.
 
+    The last TAIL_BYTES are held back until the end of the file, where the `]` closing the array is
+    found, so the sink only ever receives the array (it may be a pipe, which cannot be truncated).
     The second value is None for a complete file. For a file cut off inside traceEvents (a killed
-    profiler), it lists candidate offsets at which the events file can be cut and closed so that
-    only complete events remain (see _salvage_events).
+    profiler), the sink gets everything, and the value lists candidate offsets at which it can be
+    cut and closed so that only complete events remain (see _salvage_events).
     """
     head = bytearray()
-    tail = b""
+    held = bytearray()
     found = top_level_list = False
     limit = max_json_bytes()
     total = written = 0
     try:
-        with _open(path) as src, events_file.open("wb") as dst:
+        with _open(path) as src:
             while chunk := src.read(READ_CHUNK):
                 total += len(chunk)
                 if total > limit:
@@ -198,23 +203,28 @@ def extract_events(path: Path, events_file: Path) -> tuple[dict, list[int] | Non
                         break
                     else:
                         continue
-                dst.write(chunk)
-                written += len(chunk)
-                tail = (tail + chunk)[-TAIL_BYTES:]
-            if not found:
-                raise TraceviewError(f"{path}: not a PyTorch profiler trace (no traceEvents array)")
-            if top_level_list:
-                return {}, None
-            split = _split_tail(tail)
-            if split is None:
-                return _head_metadata(bytes(head), path), _salvage_cuts(tail, written - len(tail))
-            end, tail_metadata = split
-            dst.truncate(dst.tell() - (len(tail) - end))
-            return {**_head_metadata(bytes(head), path), **tail_metadata}, None
+                held += chunk
+                if len(held) > TAIL_BYTES:
+                    sink.write(memoryview(held)[:-TAIL_BYTES])
+                    written += len(held) - TAIL_BYTES
+                    del held[:-TAIL_BYTES]
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceviewError(f"{path}: damaged gzip stream ({exc})") from None
     except OSError as exc:
         raise TraceviewError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not found:
+        raise TraceviewError(f"{path}: not a PyTorch profiler trace (no traceEvents array)")
+    tail = bytes(held)
+    if top_level_list:
+        sink.write(tail)
+        return {}, None
+    split = _split_tail(tail)
+    if split is None:
+        sink.write(tail)
+        return _head_metadata(bytes(head), path), _salvage_cuts(tail, written)
+    end, tail_metadata = split
+    sink.write(tail[:end])
+    return {**_head_metadata(bytes(head), path), **tail_metadata}, None
 
 
 def _int_or_none(value) -> int | None:
@@ -226,17 +236,12 @@ def _int_or_none(value) -> int | None:
 
 def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
     """Load one Kineto trace; its rank is the trace's own `distributedInfo.rank`, else `rank`, else 0."""
-    with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
-        events_file = Path(tmp) / "events.json"
-        meta, cuts = extract_events(path, events_file)
-        dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
-        own_rank = _int_or_none(dist.get("rank"))
-        rank = own_rank if own_rank is not None else (rank or 0)
-        base_ns = _int_or_none(meta.get("baseTimeNanoseconds")) or 0
-        if cuts is None:
-            notes = _load_events(con, events_file, path)
-        else:
-            notes = _salvage_events(con, events_file, path, cuts)
+    loaded = _load_streamed(con, path)
+    meta, notes = loaded if loaded is not None else _load_through_file(con, path)
+    dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
+    own_rank = _int_or_none(dist.get("rank"))
+    rank = own_rank if own_rank is not None else (rank or 0)
+    base_ns = _int_or_none(meta.get("baseTimeNanoseconds")) or 0
     _insert_trace_info(con, path, meta, rank, base_ns, _int_or_none(dist.get("world_size")))
     _insert_devices(con, meta, rank)
     _stage_events(con, rank, base_ns)
@@ -246,6 +251,104 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     con.execute("DROP TABLE _kineto_events")
     db.finish_stages(con, rank, match_pid=False)
     return rank
+
+
+class _StopFeeding(Exception):
+    """Raised in the feeding thread when DuckDB stopped reading the pipe."""
+
+
+class _PipeSink:
+    """The write end of the FIFO DuckDB reads; a closed read end or a stop request ends the feed."""
+
+    def __init__(self, fifo: Path, stop: threading.Event):
+        self.fifo, self.stop, self.file = fifo, stop, None
+
+    def write(self, data) -> None:
+        if self.stop.is_set():
+            raise _StopFeeding
+        try:
+            if self.file is None:
+                self.file = open(self.fifo, "wb")  # blocks until DuckDB opens the read end
+            self.file.write(data)
+        except BrokenPipeError:
+            raise _StopFeeding from None
+
+    def close(self) -> None:
+        """Close the write end, opening it first if nothing was written: DuckDB waits in open() for a
+        writer, and only a closed write end tells it the stream ended."""
+        try:
+            if self.file is None:
+                self.file = open(self.fifo, "wb")
+            self.file.close()
+        except BrokenPipeError:
+            pass
+
+
+def _load_streamed(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict, list] | None:
+    """Decompress in a thread straight into DuckDB through a FIFO, so parsing overlaps decompression
+    and the JSON never touches the disk. None when this cannot be done, or the file needs the
+    repairs of the file path (invalid UTF-8, a truncated array): the caller then takes that path.
+    """
+    if not hasattr(os, "mkfifo"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
+        fifo = Path(tmp) / "events.json"
+        try:
+            os.mkfifo(fifo)
+        except OSError:
+            return None
+        stop, outcome = threading.Event(), {}
+        sink = _PipeSink(fifo, stop)
+
+        def feed() -> None:
+            try:
+                outcome["meta"], outcome["cuts"] = copy_events(path, sink)
+            except Exception as exc:
+                outcome["error"] = exc
+            finally:
+                sink.close()
+
+        feeder = threading.Thread(target=feed, name="traceview-feed", daemon=True)
+        feeder.start()
+        try:
+            _read_events_file(con, fifo)
+            parsed = True
+        except duckdb.Error:
+            parsed = False
+        stop.set()
+        _release_writer(fifo, feeder)
+    error = outcome.get("error")
+    if isinstance(error, TraceviewError):
+        raise error
+    if not parsed or error is not None or outcome.get("cuts") is not None:
+        con.execute("DROP TABLE IF EXISTS _kineto_events")
+        return None
+    return outcome["meta"], []
+
+
+def _release_writer(fifo: Path, feeder: threading.Thread) -> None:
+    """Let the feeding thread finish: open the read end (a writer waits in open() until someone
+    does) and drain what it still writes until it notices the stop request."""
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while feeder.is_alive():
+            try:
+                os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                feeder.join(0.01)
+    finally:
+        os.close(fd)
+    feeder.join()
+
+
+def _load_through_file(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict, list]:
+    with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
+        events_file = Path(tmp) / "events.json"
+        with events_file.open("wb") as sink:
+            meta, cuts = copy_events(path, sink)
+        if cuts is None:
+            return meta, _load_events(con, events_file, path)
+        return meta, _salvage_events(con, events_file, path, cuts)
 
 
 def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list[tuple[str, str]]:
