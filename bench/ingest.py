@@ -510,10 +510,10 @@ def timed_generator(module, name):
 
 timed(db, "create_schema")
 for name in ("_read_trace_info", "_read_devices", "_read_api_calls", "_read_kernels", "_read_memops",
-             "_read_ranges", "_read_diagnostics", "_stage"):
+             "_read_ranges", "_read_diagnostics", "_stage", "_stage_strings", "_stage_dumped"):
     timed(nsys, name)
 timed_generator(nsys, "_batches")
-for name in ("extract_events", "_load_events", "_insert_trace_info", "_stage_events", "_add_diagnostics"):
+for name in ("_load_streamed", "_load_through_file", "_insert_trace_info", "_stage_events", "_add_diagnostics"):
     timed(kineto, name)
 for name in ("finish_stages", "finish_api_calls", "finish_kernels", "finish_memops", "finish_ranges",
              "finish_trace_span", "add_short_names"):
