@@ -146,3 +146,19 @@ def test_a_trace_the_pipe_cannot_parse_falls_back_to_the_file_and_its_repairs(tm
     assert trace.scalar("SELECT count(*) FROM diagnostics WHERE code = 'invalid_utf8'") == 1
     assert trace.scalar("SELECT name FROM kernels WHERE correlation_id = 5000") == "k\ufffd5000"
     assert not [t for t in threading.enumerate() if t.name == "traceview-feed"]
+
+
+def test_an_event_larger_than_the_parse_buffer_still_loads(tmp_path) -> None:
+    """DuckDB's reader refuses records over its object-size limit; one huge `args` must not fail the trace."""
+    import traceview
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 1, "tid": 1, "ts": 10, "dur": 5,
+               "args": {"External id": 1, "Input Dims": [[1, 2]] * 3_000_000}}]
+    events += [{"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 20 + i, "dur": 1,
+                "args": {"correlation": i, "device": 0, "stream": 7}} for i in range(100)]
+    path = tmp_path / "huge_event.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    assert path.stat().st_size > 17 << 20
+    trace = traceview.load(path)
+    assert trace.scalar("SELECT count(*) FROM kernels") == 100
+    assert trace.scalar("SELECT len(input_dims) FROM ranges WHERE name = 'aten::cat'") > 16 << 20

@@ -35,6 +35,8 @@ EPOCH_2001_US = 10**15
 MAX_JSON_BYTES_ENV = "TRACEVIEW_MAX_JSON_BYTES"
 DEFAULT_MAX_JSON_BYTES = 64 << 30  # decompressed JSON; a bigger one is almost surely a gzip bomb
 SALVAGE_TRIES = 8
+EVENT_BYTES = 16 << 20  # DuckDB's default maximum_object_size; it also sizes the reader's buffers
+LARGE_EVENT_BYTES = 1 << 30
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
 _DUCKDB_AT_BYTE = re.compile(r"at byte (\d+) in record/value (\d+)")
 
@@ -381,7 +383,7 @@ def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) 
     then rewritten with U+FFFD replacements and read again, with an `invalid_utf8` diagnostic.
     """
     try:
-        _read_events_file(con, events_file)
+        _read_events_file_any_size(con, events_file)
         return []
     except duckdb.Error as exc:
         message = str(exc).splitlines()[0]
@@ -389,7 +391,7 @@ def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) 
             raise TraceviewError(f"{path}: invalid trace JSON ({_clean_duckdb_message(message)})") from None
     _replace_invalid_utf8(events_file)
     try:
-        _read_events_file(con, events_file)
+        _read_events_file_any_size(con, events_file)
     except duckdb.Error as exc:
         message = _clean_duckdb_message(str(exc).splitlines()[0])
         raise TraceviewError(f"{path}: invalid trace JSON ({message})") from None
@@ -417,7 +419,18 @@ def _replace_invalid_utf8(events_file: Path) -> None:
     os.replace(fixed, events_file)
 
 
-def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path) -> None:
+def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path) -> None:
+    """Read with DuckDB's usual event-size limit, which sizes its buffers, and again with a far larger
+    one if a single event exceeds it (a huge `args`): a large limit costs about 400 MB of peak memory."""
+    try:
+        _read_events_file(con, events_file)
+    except duckdb.Error as exc:
+        if "maximum_object_size" not in str(exc):
+            raise
+        _read_events_file(con, events_file, LARGE_EVENT_BYTES)
+
+
+def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path, max_event_bytes: int = EVENT_BYTES) -> None:
     args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
     arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
@@ -428,7 +441,7 @@ def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path) -> None
         FROM (
             SELECT *, json_extract_string(args, [{args}]) AS a,
                    CASE cat {' '.join(f"WHEN '{k}' THEN '{v}'" for k, v in LEGACY_CATEGORIES.items())} END AS map_cat
-            FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = 268435456)
+            FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = {max_event_bytes})
             WHERE ph IN ('X', 'i', 'I')
         )
         """,
