@@ -158,41 +158,45 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
     """
     con.execute(
         """
-        CREATE OR REPLACE TEMP TABLE _ranges_numbered AS
-        WITH ids AS (
-            SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS range_id
-            FROM _stage_ranges
-        )
-        SELECT r.*, ids.range_id FROM _stage_ranges r JOIN ids ON ids.row = r.rowid
+        CREATE OR REPLACE TEMP TABLE _range_ids AS
+        SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS range_id
+        FROM _stage_ranges
         """
     )
     con.execute(
         """
         INSERT INTO ranges
-        WITH edges AS (
+        WITH numbered AS (
+            -- ids and the nesting keys only: the names and shapes join back at the end
+            SELECT r.rank, i.range_id, r.pid, r.tid, r.kind, r.start_ns, r.end_ns
+            FROM _stage_ranges r JOIN _range_ids i ON i.row = r.rowid
+        ),
+        edges AS (
             SELECT rank, range_id, pid, tid, kind, start_ns AS t, 1 AS delta, 1 AS ord, -end_ns AS tie
-            FROM _ranges_numbered
+            FROM numbered
             UNION ALL
             SELECT rank, range_id, pid, tid, kind, end_ns, -1, CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, 0
-            FROM _ranges_numbered
+            FROM numbered
         ),
         depths AS (
             -- every range opens and closes on its own (pid, tid, kind), so the deltas of each such group
             -- sum to zero and one running sum over all groups in order equals the per-group one; an
             -- unpartitioned window sorts in parallel, one partitioned by a few hot threads does not
-            SELECT rank, range_id,
+            SELECT range_id,
                    sum(delta) OVER (ORDER BY rank, pid, tid, kind, t, ord, tie, range_id
                                     ROWS UNBOUNDED PRECEDING) - 1 AS depth
             FROM edges
             QUALIFY delta = 1
         )
-        SELECT r.rank, r.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
+        SELECT r.rank, i.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
                r.end_ns - r.start_ns, d.depth, r.external_id, r.input_dims, r.input_types, r.flops
-        FROM _ranges_numbered r JOIN depths d USING (rank, range_id)
-        ORDER BY r.rank, r.range_id
+        FROM _stage_ranges r
+        JOIN _range_ids i ON i.row = r.rowid
+        JOIN depths d ON d.range_id = i.range_id
+        ORDER BY i.range_id
         """
     )
-    con.execute("DROP TABLE _ranges_numbered")
+    con.execute("DROP TABLE _range_ids")
 
 
 def finish_trace_span(con: duckdb.DuckDBPyConnection, rank: int) -> None:
