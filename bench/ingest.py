@@ -513,7 +513,7 @@ for name in ("_read_trace_info", "_read_devices", "_read_api_calls", "_read_kern
              "_read_ranges", "_read_diagnostics", "_stage", "_stage_strings", "_stage_dumped"):
     timed(nsys, name)
 timed_generator(nsys, "_batches")
-for name in ("_load_streamed", "_load_through_file", "_insert_trace_info", "_stage_events", "_add_diagnostics"):
+for name in ("_load_event_parts", "_read_events_file", "_insert_trace_info", "_stage_events", "_add_diagnostics"):
     timed(kineto, name)
 for name in ("finish_stages", "finish_api_calls", "finish_kernels", "finish_memops", "finish_ranges",
              "finish_trace_span", "add_short_names"):

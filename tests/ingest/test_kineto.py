@@ -112,40 +112,53 @@ def _contents(trace) -> dict[str, list[tuple]]:
 
 
 @pytest.mark.parametrize("trace_path", [VLLM_H100, DLRM_DIR], ids=["vllm-h100", "dlrm-8-ranks"])
-def test_streamed_parse_reads_the_same_tables_as_the_temporary_file(trace_path, monkeypatch) -> None:
-    """The pipe path (decompression feeding DuckDB through a FIFO) must match the file path exactly."""
-    import threading
-
+def test_events_parsed_in_parts_give_the_same_tables_as_one_file(trace_path, monkeypatch) -> None:
+    """Cutting the array into part files (parsed in parallel) must not change a single row."""
     import traceview
     from traceview.ingest import kineto
 
-    streamed = []
-    real_stream = kineto._load_streamed
-    monkeypatch.setattr(kineto, "_load_streamed", lambda *args: streamed.append(real_stream(*args)) or streamed[-1])
-    through_pipe = _contents(traceview.load(trace_path))
-    assert streamed and all(result is not None for result in streamed)
-    assert not [t for t in threading.enumerate() if t.name == "traceview-feed"]
+    monkeypatch.setattr(kineto, "PART_BYTES", 1 << 40)
+    whole = _contents(traceview.load(trace_path))
+    parsed = []
+    real_read = kineto._read_events_file
+    monkeypatch.setattr(kineto, "_read_events_file", lambda con, files, *rest: parsed.append(files) or real_read(con, files, *rest))
+    monkeypatch.setattr(kineto, "PART_BYTES", 64 << 10)
+    assert _contents(traceview.load(trace_path)) == whole
+    assert all(isinstance(files, list) and len(files) > 2 for files in parsed)
 
-    monkeypatch.setattr(kineto, "_load_streamed", lambda *args: None)
-    assert _contents(traceview.load(trace_path)) == through_pipe
+
+def _kernel_events(count: int, name=lambda i: f"k{i}", args=lambda i: {}) -> list[dict]:
+    return [{"ph": "X", "cat": "kernel", "name": name(i), "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 1,
+             "args": {"correlation": i, "device": 0, "stream": 7, **args(i)}} for i in range(count)]
 
 
-def test_a_trace_the_pipe_cannot_parse_falls_back_to_the_file_and_its_repairs(tmp_path) -> None:
-    """Invalid UTF-8 stops DuckDB mid-stream; the feeding thread must stop and the file path repair it."""
-    import threading
-
+def test_a_cut_inside_an_event_falls_back_to_one_file(tmp_path, monkeypatch) -> None:
+    """`},{` also occurs inside args (a list of objects); a part cut there does not parse, the whole file does."""
     import traceview
+    from traceview.ingest import kineto
 
-    events = [{"ph": "X", "cat": "kernel", "name": f"k\udcff{i}" if i == 5000 else f"k{i}", "pid": 0, "tid": 7,
-               "ts": 1000 + i, "dur": 1, "args": {"correlation": i, "device": 0, "stream": 7}} for i in range(20000)]
-    text = json.dumps({"traceEvents": events}, ensure_ascii=False).encode("utf-8", "surrogateescape")
+    monkeypatch.setattr(kineto, "PART_BYTES", 1000)
+    events = _kernel_events(2000, args=lambda i: {"blocks": [{"x": i}, {"y": i}]})
+    path = tmp_path / "nested.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = traceview.load(path)
+    assert trace.scalar("SELECT count(*) FROM kernels") == 2000
+    assert trace.scalar("SELECT sum(correlation_id) FROM kernels") == sum(range(2000))
+
+
+def test_a_trace_the_parts_cannot_parse_falls_back_to_the_file_and_its_repairs(tmp_path, monkeypatch) -> None:
+    """Invalid UTF-8 fails the parallel parse; the one-file path repairs it and says so."""
+    import traceview
+    from traceview.ingest import kineto
+
+    monkeypatch.setattr(kineto, "PART_BYTES", 64 << 10)
+    events = _kernel_events(20000, name=lambda i: f"k\udcff{i}" if i == 5000 else f"k{i}")
     path = tmp_path / "bad_utf8.pt.trace.json"
-    path.write_bytes(text)
+    path.write_bytes(json.dumps({"traceEvents": events}, ensure_ascii=False).encode("utf-8", "surrogateescape"))
     trace = traceview.load(path)
     assert trace.scalar("SELECT count(*) FROM kernels") == 20000
     assert trace.scalar("SELECT count(*) FROM diagnostics WHERE code = 'invalid_utf8'") == 1
     assert trace.scalar("SELECT name FROM kernels WHERE correlation_id = 5000") == "k\ufffd5000"
-    assert not [t for t in threading.enumerate() if t.name == "traceview-feed"]
 
 
 def test_an_event_larger_than_the_parse_buffer_still_loads(tmp_path) -> None:

@@ -1,10 +1,9 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON, gzip or plain, 2021 legacy categories to today.
 
 A Kineto file is one JSON object holding a huge `traceEvents` array. Parsing it as one record is
-slow, so a thread decompresses the array into a named pipe while DuckDB reads it as an array of
-records with declared column types, without a Python object per event: decompression and parsing
-overlap and the JSON never touches the disk. A file that needs repairs (invalid UTF-8, an array
-cut off by a killed profiler) takes the slower path through a temporary file. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
+slow, so the array is streamed (decompressing on the fly) into temporary part files cut at event
+boundaries, and DuckDB reads them as arrays of records with declared column types, one part per
+thread and without a Python object per event. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
 Kineto prints; no rounding to whole microseconds.
 """
 
@@ -16,7 +15,6 @@ import json
 import os
 import re
 import tempfile
-import threading
 import zlib
 from pathlib import Path
 from typing import BinaryIO
@@ -37,7 +35,9 @@ DEFAULT_MAX_JSON_BYTES = 64 << 30  # decompressed JSON; a bigger one is almost s
 SALVAGE_TRIES = 8
 EVENT_BYTES = 16 << 20  # DuckDB's default maximum_object_size; it also sizes the reader's buffers
 LARGE_EVENT_BYTES = 1 << 30
+PART_BYTES = 64 << 20  # events per file that DuckDB parses on one thread
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
+_EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _DUCKDB_AT_BYTE = re.compile(r"at byte (\d+) in record/value (\d+)")
 
 LEGACY_CATEGORIES = {
@@ -238,8 +238,7 @@ def _int_or_none(value) -> int | None:
 
 def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
     """Load one Kineto trace; its rank is the trace's own `distributedInfo.rank`, else `rank`, else 0."""
-    loaded = _load_streamed(con, path)
-    meta, notes = loaded if loaded is not None else _load_through_file(con, path)
+    meta, notes = _load_event_parts(con, path)
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     own_rank = _int_or_none(dist.get("rank"))
     rank = own_rank if own_rank is not None else (rank or 0)
@@ -255,99 +254,66 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     return rank
 
 
-class _StopFeeding(Exception):
-    """Raised in the feeding thread when DuckDB stopped reading the pipe."""
+class _PartFiles:
+    """A sink that cuts the events array into files of about PART_BYTES at event boundaries.
 
+    DuckDB parses one JSON file on one thread but several files in parallel. Each part is closed
+    with `]` and the next opened with `[`, so every part is an array of whole events. A cut that
+    lands inside an event (a `},{` within args or a string) leaves a part that does not parse;
+    the caller then reads the trace as one file.
+    """
 
-class _PipeSink:
-    """The write end of the FIFO DuckDB reads; a closed read end or a stop request ends the feed."""
+    def __init__(self, directory: Path):
+        self.directory, self.paths, self.file, self.size = directory, [], None, 0
+        self._next_part()
 
-    def __init__(self, fifo: Path, stop: threading.Event):
-        self.fifo, self.stop, self.file = fifo, stop, None
+    def _next_part(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.paths.append(self.directory / f"events-{len(self.paths)}.json")
+        self.file, self.size = self.paths[-1].open("wb"), 0
 
     def write(self, data) -> None:
-        if self.stop.is_set():
-            raise _StopFeeding
-        try:
-            if self.file is None:
-                self.file = open(self.fifo, "wb")  # blocks until DuckDB opens the read end
-            self.file.write(data)
-        except BrokenPipeError:
-            raise _StopFeeding from None
+        data, done = bytes(data), 0
+        while (start := done + max(PART_BYTES - self.size, 0)) < len(data) and (
+                cut := _EVENT_BOUNDARY.search(data, start)):
+            self.file.write(data[done:cut.start() + 1])
+            self.file.write(b"]")
+            self._next_part()
+            self.file.write(b"[")
+            done, self.size = cut.end() - 1, 1
+        self.file.write(data[done:])
+        self.size += len(data) - done
 
     def close(self) -> None:
-        """Close the write end, opening it first if nothing was written: DuckDB waits in open() for a
-        writer, and only a closed write end tells it the stream ended."""
-        try:
-            if self.file is None:
-                self.file = open(self.fifo, "wb")
-            self.file.close()
-        except BrokenPipeError:
-            pass
+        self.file.close()
 
 
-def _load_streamed(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict, list] | None:
-    """Decompress in a thread straight into DuckDB through a FIFO, so parsing overlaps decompression
-    and the JSON never touches the disk. None when this cannot be done, or the file needs the
-    repairs of the file path (invalid UTF-8, a truncated array): the caller then takes that path.
+def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict, list[tuple[str, str]]]:
+    """Read the events into _kineto_events; returns the top-level metadata and diagnostics to add.
+
+    The array is decompressed into part files that DuckDB parses in parallel. A trace that needs
+    repairs (invalid UTF-8, an array cut off by a killed profiler) or whose parts do not parse is
+    read again as one file, where the repairs and exact error messages live.
     """
-    if not hasattr(os, "mkfifo"):
-        return None
     with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
-        fifo = Path(tmp) / "events.json"
+        parts = _PartFiles(Path(tmp))
         try:
-            os.mkfifo(fifo)
-        except OSError:
-            return None
-        stop, outcome = threading.Event(), {}
-        sink = _PipeSink(fifo, stop)
-
-        def feed() -> None:
+            meta, cuts = copy_events(path, parts)
+        finally:
+            parts.close()
+        if cuts is None and len(parts.paths) > 1:
             try:
-                outcome["meta"], outcome["cuts"] = copy_events(path, sink)
-            except Exception as exc:
-                outcome["error"] = exc
-            finally:
-                sink.close()
-
-        feeder = threading.Thread(target=feed, name="traceview-feed", daemon=True)
-        feeder.start()
-        try:
-            _read_events_file(con, fifo)
-            parsed = True
-        except duckdb.Error:
-            parsed = False
-        stop.set()
-        _release_writer(fifo, feeder)
-    error = outcome.get("error")
-    if isinstance(error, TraceviewError):
-        raise error
-    if not parsed or error is not None or outcome.get("cuts") is not None:
-        con.execute("DROP TABLE IF EXISTS _kineto_events")
-        return None
-    return outcome["meta"], []
-
-
-def _release_writer(fifo: Path, feeder: threading.Thread) -> None:
-    """Let the feeding thread finish: open the read end (a writer waits in open() until someone
-    does) and drain what it still writes until it notices the stop request."""
-    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while feeder.is_alive():
-            try:
-                os.read(fd, READ_CHUNK)
-            except BlockingIOError:
-                feeder.join(0.01)
-    finally:
-        os.close(fd)
-    feeder.join()
-
-
-def _load_through_file(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict, list]:
-    with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
-        events_file = Path(tmp) / "events.json"
-        with events_file.open("wb") as sink:
-            meta, cuts = copy_events(path, sink)
+                _read_events_file(con, parts.paths)
+                return meta, []
+            except duckdb.Error:
+                pass
+        if len(parts.paths) == 1:
+            events_file = parts.paths[0]
+        else:
+            events_file = Path(tmp) / "events.json"
+            with events_file.open("wb") as sink:
+                meta, cuts = copy_events(path, sink)
         if cuts is None:
             return meta, _load_events(con, events_file, path)
         return meta, _salvage_events(con, events_file, path, cuts)
@@ -430,7 +396,10 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
         _read_events_file(con, events_file, LARGE_EVENT_BYTES)
 
 
-def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path, max_event_bytes: int = EVENT_BYTES) -> None:
+def _read_events_file(con: duckdb.DuckDBPyConnection, events_files: Path | list[Path],
+                      max_event_bytes: int = EVENT_BYTES) -> None:
+    """Parse one events file, or the parts of one (in parallel, in order), into _kineto_events."""
+    files = [str(f) for f in events_files] if isinstance(events_files, list) else [str(events_files)]
     args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
     arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
@@ -445,7 +414,7 @@ def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path, max_eve
             WHERE ph IN ('X', 'i', 'I')
         )
         """,
-        [str(events_file)],
+        [files],
     )
 
 
