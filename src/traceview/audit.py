@@ -1,6 +1,7 @@
 """Audit many traces at once, for CI: discover traces, run ingest + analysis + rules on each in
-worker processes, and collect one plain, JSON-ready row per trace (sorted, so output is identical
-from run to run). One bad trace is one error row, never the end of the run.
+worker processes (or on the workers of a Dask cluster), and collect one plain, JSON-ready row per
+trace (sorted, so output is identical from run to run). One bad trace is one error row, never the
+end of the run.
 
 A directory whose trace files all name distinct ranks (`rank3`, `worker_5`, ...) is one multi-rank
 job: it gets per-rank rows and a straggler view.
@@ -8,12 +9,14 @@ job: it gets per-rank rows and a straggler view.
 
 from __future__ import annotations
 
+import asyncio
 import glob
+import logging
 import os
 import statistics
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,6 +25,9 @@ from traceview.model.db import dict_rows
 
 AUDIT_VERSION = 1
 SEVERITIES = ("error", "warning", "info")
+CONNECT_TIMEOUT_S = 10
+WORKER_WAIT_S = 120
+DASK_MISSING = "audit --scheduler needs the dask extra: pip install 'traceview[dask]'"
 
 
 @dataclass(frozen=True)
@@ -42,6 +48,8 @@ class AuditOptions:
     known: frozenset[str] = frozenset()
     reports_dir: str | None = None
     report_formats: tuple[str, ...] = ("html", "md", "json")
+    cache_dir: str | None = None  # None: $TRACEVIEW_CACHE_DIR, as api.load reads it
+    memory_limit: str | None = None  # None: $TRACEVIEW_MEMORY_LIMIT
     extra: dict = field(default_factory=dict)
 
 
@@ -127,7 +135,7 @@ def audit_one(target: Target, options: AuditOptions) -> dict:
 
     row: dict[str, Any] = {"path": target.path, "kind": target.kind}
     try:
-        with api.load(target.path) as trace:
+        with api.load(target.path, cache_dir=options.cache_dir, memory_limit=options.memory_limit) as trace:
             trace.analyze(options.analysis)
             result = check(trace.con, list(options.rules), options.config, options.known)
             info = trace.con.execute(
@@ -198,6 +206,143 @@ def run(targets: list[Target], options: AuditOptions, jobs: int,
                 if progress:
                     progress(len(rows), len(targets), rows[-1])
     return sorted(rows, key=lambda r: r["path"])
+
+
+def run_on_cluster(targets: list[Target], options: AuditOptions, address: str,
+                   progress: Callable[[int, int, dict], None] | None = None,
+                   task: Callable[[Target, AuditOptions], dict] = audit_one) -> list[dict]:
+    """Audit targets on the workers of the Dask scheduler at `address`; rows come back sorted by path.
+
+    Paths travel, not trace data: workers must see the same filesystem at the same absolute paths.
+    A trace whose task fails on the cluster (a worker died, a task could not be unpickled) is an error row.
+    `task` is what runs per target (tests pass one that fails).
+    """
+    from traceview import __version__
+
+    client = _connect(address)
+    try:
+        from distributed import as_completed as completed
+
+        # what the local path inherits through the environment, and absolute paths, since workers have their own cwd
+        remote = replace(
+            options, reports_dir=_absolute(options.reports_dir),
+            cache_dir=_absolute(options.cache_dir or os.environ.get("TRACEVIEW_CACHE_DIR")),
+            memory_limit=options.memory_limit or os.environ.get("TRACEVIEW_MEMORY_LIMIT"),
+        )
+        # the options (rule set and configuration, ~100 kB) go to the cluster once, not once per trace
+        shared = client.submit(_identity, remote, pure=False)
+        shipped = [Target(os.path.abspath(t.path), t.kind) for t in targets]
+        futures = client.map(task, shipped, options=shared, pure=False)
+        try:
+            client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+        except (TimeoutError, asyncio.TimeoutError):  # distinct before Python 3.11
+            raise TraceviewError(f"the Dask scheduler at {address} has had no worker for {WORKER_WAIT_S} s") from None
+        _check_workers(client, __version__)
+        submitted = {future.key: target for future, target in zip(futures, targets, strict=True)}
+        rows: list[dict] = []
+        for future in completed(futures, loop=client.loop):
+            target = submitted[future.key]
+            if future.status == "finished":
+                row = _as_given(future.result(), target, options)
+            else:
+                row = {"path": target.path, "kind": target.kind, "status": "error",
+                       "error": f"on the cluster: {_task_failure(future)}"}
+            rows.append(row)
+            if progress:
+                progress(len(rows), len(targets), row)
+    finally:
+        _close(client)
+    return sorted(rows, key=lambda r: r["path"])
+
+
+def _task_failure(future) -> str:
+    """Why a task has no row: its exception (a worker died: KilledWorker), or why it was cancelled."""
+    if future.status == "error":
+        exc = future.exception()
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    try:
+        future.result()
+    except BaseException as exc:  # noqa: BLE001 - a cancelled future raises CancelledError, a BaseException
+        reason = getattr(exc, "reason", None)
+        return f"task {future.status} ({reason})" if reason else f"task {future.status}"
+    return f"task {future.status}"
+
+
+def _close(client) -> None:
+    """Close the client; a scheduler lost mid-run is already in the rows, so its reconnect noise is not logged."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.ERROR)
+    try:
+        client.close()
+    finally:
+        logging.disable(previous)
+
+
+def _as_given(row: dict, target: Target, options: AuditOptions) -> dict:
+    """The row the local path would write: paths as the user gave them, not the absolute ones shipped."""
+    shipped = os.path.abspath(target.path)
+
+    def local(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(shipped, target.path)
+        if isinstance(value, list):
+            return [local(v) for v in value]
+        if isinstance(value, dict):
+            return {k: local(v) for k, v in value.items()}
+        return value
+
+    row = local(row)
+    if "reports" in row:
+        row["reports"] = [str(Path(options.reports_dir) / Path(p).name) for p in row["reports"]]
+    return row
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _absolute(path: str | None) -> str | None:
+    return os.path.abspath(path) if path else None
+
+
+def _connect(address: str):
+    """A distributed.Client for `address`, or one line saying why not (the extra is missing, nothing answers)."""
+    try:
+        from distributed import Client
+        from distributed.comm import connect
+    except ImportError:
+        raise TraceviewError(DASK_MISSING) from None
+
+    async def handshake() -> None:
+        comm = await asyncio.wait_for(connect(address, timeout=CONNECT_TIMEOUT_S), CONNECT_TIMEOUT_S + 5)
+        await comm.close()
+
+    # Client alone hangs on a port that accepts but never answers, and a malformed address leaves a
+    # half-built Client whose finaliser prints a traceback at exit: a bare handshake first rules both out
+    try:
+        asyncio.run(handshake())
+        return Client(address, timeout=CONNECT_TIMEOUT_S, set_as_default=False)
+    except asyncio.TimeoutError:
+        reason = f"no answer in {CONNECT_TIMEOUT_S + 5} s; is it a Dask scheduler?"
+    except Exception as exc:  # noqa: BLE001 - a bad address, nothing listening, something else listening
+        reason = str(exc).splitlines()[0] if str(exc) else f"{type(exc).__name__}; is it a Dask scheduler?"
+    raise TraceviewError(f"cannot connect to the Dask scheduler at {address}: {reason}")
+
+
+def _check_workers(client, version: str) -> None:
+    """Every connected worker has this traceview: mixed versions would mix rule sets in one audit."""
+    for worker, found in sorted(client.run(_installed_version, on_error="return").items()):
+        if found != version:
+            what = f"traceview {found}" if isinstance(found, str) else f"no usable traceview ({found})"
+            raise TraceviewError(f"dask worker {worker} has {what}, this client has {version}: "
+                                 "install the same traceview on every worker")
+
+
+def _installed_version() -> str:
+    from traceview import __version__
+
+    return __version__
 
 
 def summarise(rows: list[dict], fail_on: str, rules: tuple = ()) -> dict:

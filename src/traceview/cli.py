@@ -523,6 +523,9 @@ def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> No
 @cli.command()
 @click.argument("paths", nargs=-1, required=True)
 @click.option("--jobs", type=click.IntRange(min=1), help="Worker processes (default: the number of cores).")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Run on this Dask scheduler's workers instead (tcp://HOST:PORT; needs traceview[dask] and a "
+                   "filesystem the workers share; docs/scale-out.md). Not with --jobs.")
 @click.option("--fail-on", type=click.Choice(["info", "warning", "error"]),
               help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), help="Suppress known findings.")
@@ -534,7 +537,7 @@ def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> No
               help="Write each trace's report (html, md, json) into this directory.")
 @_rule_config_options
 @_analysis_options
-def audit(paths: tuple[str, ...], jobs: int | None, fail_on: str | None, baseline: Path | None,
+def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_on: str | None, baseline: Path | None,
           json_path: Path | None, junit_path: Path | None, markdown_path: Path | None, reports_dir: Path | None,
           **kwargs) -> None:
     """Audit many traces (files, directories, globs; nsys and Kineto mixed) in parallel, for CI.
@@ -545,11 +548,14 @@ def audit(paths: tuple[str, ...], jobs: int | None, fail_on: str | None, baselin
     \b
     Example:
       traceview audit traces/ --junit audit.xml --markdown audit.md --fail-on warning
+      traceview audit /shared/traces/ --scheduler tcp://10.0.0.5:8786 --json audit.json
     """
     from traceview import audit as auditing
     from traceview.report import audit_markdown, junit
     from traceview.rules.baseline import read_baseline
 
+    if scheduler and jobs:
+        raise TraceviewError("--scheduler and --jobs are exclusive: on a cluster, the workers set the parallelism")
     analysis = _analysis(kwargs)
     config, loaded_rules = _rule_setup(kwargs, fail_on=fail_on, baseline=baseline)
     for out in (json_path, junit_path, markdown_path):
@@ -574,7 +580,10 @@ def audit(paths: tuple[str, ...], jobs: int | None, fail_on: str | None, baselin
         else:
             click.echo(f"audit {done}/{total} {row['path']}: {status}", err=True)
 
-    rows = auditing.run(targets, options, jobs or auditing.default_jobs(), progress) + missing
+    if scheduler:
+        rows = auditing.run_on_cluster(targets, options, scheduler, progress) + missing
+    else:
+        rows = auditing.run(targets, options, jobs or auditing.default_jobs(), progress) + missing
     document = auditing.summarise(sorted(rows, key=lambda r: r["path"]), config.fail_on, tuple(loaded_rules))
     if json_path:
         write_atomically(json_path, json.dumps(document, indent=1, sort_keys=True) + "\n")
