@@ -116,3 +116,22 @@ def test_user_kernel_mapping_labels_steps(tmp_path: Path) -> None:
     rows = trace.sql("SELECT phase, phase_source FROM steps ORDER BY step_id").rows()
     assert {source for _, source in rows} == {"user_mapping"}
     assert [phase for phase, _ in rows] == [phase for phase, _, _ in serving_steps()]
+
+
+@requires_shared
+def test_backward_kernels_launched_from_the_autograd_thread_belong_to_the_profiler_step() -> None:
+    """PyTorch records ProfilerStep#N on the main thread (tid 1102 here) and launches backward kernels
+    from its autograd thread (tid 1262): 2,780 of the 4,350 kernels, which must join the open step."""
+    trace = traceview.load(TORCH / "hta__ns_resolution_v100.pt.trace.json.gz").analyze()
+    by_thread = trace.con.execute(
+        """SELECT a.tid, count(*), count(k.step_id) FROM kernels k
+           JOIN api_calls a ON a.rank = k.rank AND a.pid = k.pid AND a.correlation_id = k.correlation_id
+           GROUP BY a.tid ORDER BY a.tid""").fetchall()
+    assert by_thread == [(1102, 1570, 1570), (1262, 2780, 2780)]
+    inside = trace.scalar(
+        """SELECT count(*) FROM kernels k JOIN api_calls a
+             ON a.rank = k.rank AND a.pid = k.pid AND a.correlation_id = k.correlation_id
+           JOIN ranges r ON r.rank = k.rank AND r.kind = 'profiler_step' AND a.start_ns >= r.start_ns AND a.start_ns < r.end_ns
+           JOIN steps s ON s.rank = k.rank AND s.step_id = k.step_id AND s.start_ns = r.start_ns
+           WHERE a.tid = 1262""")
+    assert inside == 2780

@@ -202,7 +202,12 @@ def _add_gap_windows(con: duckdb.DuckDBPyConnection, gap_ns: int) -> None:
 
 
 def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
-    """Give each kernel and memop the step whose window holds its launch call (ASOF on the thread)."""
+    """Give each kernel and memop the step whose window holds its launch call (ASOF on the thread).
+
+    A launch from a thread that has no step window of its own (PyTorch runs backward on an autograd
+    thread while ProfilerStep#N is recorded on the main one) belongs to the step its process has
+    open at that moment.
+    """
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _numbered_windows AS
@@ -213,11 +218,26 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _step_calls AS
-        SELECT a.rank, a.pid, a.correlation_id, any_value(w.step_id) AS step_id
-        FROM api_calls a
-        ASOF JOIN _numbered_windows w
-          ON a.rank = w.rank AND a.pid = w.pid AND a.tid = w.tid AND a.start_ns >= w.start_ns
-        WHERE a.correlation_id IS NOT NULL AND a.start_ns < w.end_ns
+        WITH step_threads AS (SELECT DISTINCT rank, pid, tid FROM _numbered_windows WHERE pid IS NOT NULL),
+        own_thread AS (
+            SELECT a.rank, a.pid, a.correlation_id, w.step_id
+            FROM api_calls a
+            ASOF JOIN _numbered_windows w
+              ON a.rank = w.rank AND a.pid = w.pid AND a.tid = w.tid AND a.start_ns >= w.start_ns
+            WHERE a.correlation_id IS NOT NULL AND a.start_ns < w.end_ns
+        ),
+        other_thread AS (
+            SELECT a.rank, a.pid, a.correlation_id, w.step_id
+            FROM (SELECT * FROM api_calls a
+                  WHERE correlation_id IS NOT NULL
+                    AND NOT EXISTS (SELECT 1 FROM step_threads t
+                                    WHERE t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid)) a
+            ASOF JOIN _numbered_windows w
+              ON a.rank = w.rank AND a.pid = w.pid AND a.start_ns >= w.start_ns
+            WHERE a.start_ns < w.end_ns
+        )
+        SELECT rank, pid, correlation_id, any_value(step_id) AS step_id
+        FROM (SELECT * FROM own_thread UNION ALL SELECT * FROM other_thread)
         GROUP BY ALL
         """
     )
