@@ -327,11 +327,9 @@ def run_chromium(binary: str, page: Path, *args: str) -> subprocess.CompletedPro
         return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
 
 
-@pytest.mark.parametrize("report", ["sample", "vllm", "no_gpu", "hostile"])
-def test_charts_render_in_headless_chromium(report: str, chromium: str, request: pytest.FixtureRequest,
-                                            tmp_path: Path) -> None:
-    _, page = request.getfixturevalue(report)
-    target = tmp_path / f"{report}.html"
+def assert_charts_render(chromium: str, page: str, target: Path) -> str:
+    """Open the page in headless Chromium; every chart must draw SVG marks, with no error and no CSP
+    violation. Returns the rendered DOM."""
     target.write_text(page, encoding="utf-8")
     result = run_chromium(chromium, target, "--dump-dom")
     dom = result.stdout
@@ -343,6 +341,14 @@ def test_charts_render_in_headless_chromium(report: str, chromium: str, request:
     for name in re.findall(r'data-chart-spec="(\w+)"', page):
         container = re.search(rf'<div class="chart[^"]*" id="chart-{name}"(.*?)<script type="application/json"', dom, re.S)
         assert container and '<svg' in container.group(1) and 'class="marks"' in container.group(1), name
+    return dom
+
+
+@pytest.mark.parametrize("report", ["sample", "vllm", "no_gpu", "hostile"])
+def test_charts_render_in_headless_chromium(report: str, chromium: str, request: pytest.FixtureRequest,
+                                            tmp_path: Path) -> None:
+    _, page = request.getfixturevalue(report)
+    dom = assert_charts_render(chromium, page, tmp_path / f"{report}.html")
     assert "alert(1)" not in htmllib.unescape(re.sub(r"<[^>]+>", "", dom)) or report == "hostile"
     if report == "hostile":  # the names reached the DOM as text only: no element was created from them
         assert "<script>alert(1)" not in dom

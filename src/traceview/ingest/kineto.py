@@ -174,7 +174,7 @@ def copy_events(path: Path, sink: BinaryIO) -> tuple[dict, list[int] | None]:
     """Stream the traceEvents array of `path` into `sink`; return the other top-level keys.
 
     The last TAIL_BYTES are held back until the end of the file, where the `]` closing the array is
-    found, so the sink only ever receives the array (it may be a pipe, which cannot be truncated).
+    found, so the sink only ever receives the array and never has to take bytes back.
     The second value is None for a complete file. For a file cut off inside traceEvents (a killed
     profiler), the sink gets everything, and the value lists candidate offsets at which it can be
     cut and closed so that only complete events remain (see _salvage_events).
@@ -389,17 +389,16 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
     """Read with DuckDB's usual event-size limit, which sizes its buffers, and again with a far larger
     one if a single event exceeds it (a huge `args`): a large limit costs about 400 MB of peak memory."""
     try:
-        _read_events_file(con, events_file)
+        _read_events_file(con, [events_file])
     except duckdb.Error as exc:
         if "maximum_object_size" not in str(exc):
             raise
-        _read_events_file(con, events_file, LARGE_EVENT_BYTES)
+        _read_events_file(con, [events_file], LARGE_EVENT_BYTES)
 
 
-def _read_events_file(con: duckdb.DuckDBPyConnection, events_files: Path | list[Path],
+def _read_events_file(con: duckdb.DuckDBPyConnection, events_files: list[Path],
                       max_event_bytes: int = EVENT_BYTES) -> None:
-    """Parse one events file, or the parts of one (in parallel, in order), into _kineto_events."""
-    files = [str(f) for f in events_files] if isinstance(events_files, list) else [str(events_files)]
+    """Parse an events file, or the parts of one (in parallel, in order), into _kineto_events."""
     args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
     arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
@@ -414,7 +413,7 @@ def _read_events_file(con: duckdb.DuckDBPyConnection, events_files: Path | list[
             WHERE ph IN ('X', 'i', 'I')
         )
         """,
-        [files],
+        [[str(f) for f in events_files]],
     )
 
 

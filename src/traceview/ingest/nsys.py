@@ -160,18 +160,21 @@ def _stage_dumped(con: duckdb.DuckDBPyConnection, export: Export, name: str, tab
     columns = "{" + ", ".join(f"'{alias}': 'BIGINT'" for alias in exprs) + "}"
     with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
         outs = [Path(tmp) / f"{i}.csv" for i in range(workers)]
-        jobs = [[{"sql": sql, "lo": start, "hi": min(start + share - 1, hi), "step": DUMP_CHUNK_ROWS, "out": str(out)}]
+        jobs = [{"sql": sql, "lo": start, "hi": min(start + share - 1, hi), "step": DUMP_CHUNK_ROWS, "out": str(out)}
                 for start, out in zip(range(lo, hi + 1, share), outs)]
-        try:
-            children = [subprocess.Popen([sys.executable, "-I", "-S", str(DUMP_SCRIPT), str(export.path)],
+        children, started = [], True
+        for job in jobs:
+            try:
+                child = subprocess.Popen([sys.executable, "-I", "-S", str(DUMP_SCRIPT), str(export.path)],
                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                        for _ in jobs]
-        except OSError:
-            return False
-        for child, job in zip(children, jobs):
+            except OSError:
+                started = False
+                break
             child.stdin.write(json.dumps(job).encode())
             child.stdin.close()
-        if any(child.wait() != 0 for child in children):
+            children.append(child)
+        codes = [child.wait() for child in children]  # all of them: none may outlive its file
+        if not started or any(codes):
             return False
         files = [str(out) for out in outs if out.exists() and out.stat().st_size]
         try:
@@ -182,9 +185,7 @@ def _stage_dumped(con: duckdb.DuckDBPyConnection, export: Export, name: str, tab
             )
         except duckdb.Error:
             return False
-    if con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] != rows:
-        return False
-    return True
+    return con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] == rows
 
 
 def _stage_strings(con: duckdb.DuckDBPyConnection, export: Export) -> None:

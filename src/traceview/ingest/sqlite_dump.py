@@ -7,8 +7,9 @@ read disjoint rowid ranges of the same file at once: separate processes, because
 process serialise on SQLite's allocator mutex.
 
 It runs as a plain script (`python -I -S sqlite_dump.py EXPORT`) with only the standard library, so
-a child starts in milliseconds. Jobs come as JSON on stdin: a list of {"sql", "lo", "hi", "step",
-"out"}; `sql` selects one CSV text for the rowids between its two parameters.
+a child starts in milliseconds. Its job comes as JSON on stdin: {"sql", "lo", "hi", "step", "out"};
+`sql` selects one CSV text for the rowids between its two parameters, and the rowids lo..hi are read
+`step` at a time into the file `out`.
 """
 
 import json
@@ -17,17 +18,16 @@ import sys
 from pathlib import Path
 
 
-def dump(export: str, jobs: list[dict]) -> None:
+def dump(export: str, job: dict) -> None:
     conn = sqlite3.connect(f"file:{Path(export).resolve().as_posix()}?mode=ro&immutable=1", uri=True)
     conn.text_factory = bytes
     try:
-        for job in jobs:
-            with open(job["out"], "wb") as out:
-                for lo in range(job["lo"], job["hi"] + 1, job["step"]):
-                    (text,) = conn.execute(job["sql"], (lo, min(lo + job["step"] - 1, job["hi"]))).fetchone()
-                    if text:
-                        out.write(text)
-                        out.write(b"\n")
+        with open(job["out"], "wb") as out:
+            for lo in range(job["lo"], job["hi"] + 1, job["step"]):
+                (text,) = conn.execute(job["sql"], (lo, min(lo + job["step"] - 1, job["hi"]))).fetchone()
+                if text:
+                    out.write(text)
+                    out.write(b"\n")
     finally:
         conn.close()
 
