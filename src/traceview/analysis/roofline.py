@@ -168,8 +168,7 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
         ),
         launches AS (
             SELECT k.rank, k.kernel_id, a.pid, a.tid, a.start_ns, a.end_ns
-            FROM kernels k JOIN api_calls a
-              ON a.rank = k.rank AND a.pid = k.pid AND a.correlation_id = k.correlation_id AND a.is_launch
+            FROM kernels k JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
             WHERE k.external_id IS NULL
         ),
         by_nvtx AS (

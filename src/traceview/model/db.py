@@ -110,8 +110,9 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
         INSERT INTO kernels
         WITH launches AS (
             -- the first launch call of each correlation id (an aggregate: cheaper than a window)
-            SELECT rank, pid, correlation_id, launch.tid, launch.name
-            FROM (SELECT rank, pid, correlation_id, arg_min({{'tid': tid, 'name': name}}, start_ns) AS launch
+            SELECT rank, pid, correlation_id, launch.tid, launch.name, launch.call_id
+            FROM (SELECT rank, pid, correlation_id,
+                         arg_min({{'tid': tid, 'name': name, 'call_id': call_id}}, start_ns) AS launch
                   FROM api_calls WHERE correlation_id IS NOT NULL AND is_launch
                   GROUP BY rank, pid, correlation_id)
         ),
@@ -126,7 +127,7 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
                k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z,
                k.registers_per_thread, k.shared_memory_bytes, k.correlation_id,
                CASE WHEN a.name GLOB '*GraphLaunch*' OR k.graph_replay THEN 'graph' ELSE 'eager' END,
-               a.name, k.graph_id, k.graph_node_id, k.external_id
+               a.name, a.call_id, k.graph_id, k.graph_node_id, k.external_id
         FROM _stage_kernels k
         JOIN ids ON ids.row = k.rowid
         LEFT JOIN launches a

@@ -58,6 +58,7 @@ CREATE TABLE kernels (
     correlation_id BIGINT,       -- id linking the kernel to its launch call, unique per (rank, pid)
     launch_kind VARCHAR,         -- 'graph' (replayed from a CUDA/HIP graph) or 'eager'
     launch_api VARCHAR,          -- name of the launch call (api_calls.name); NULL when none matched
+    launch_call_id BIGINT,       -- api_calls.call_id of the launch call (the first, if a correlation id repeats); NULL when none matched
     graph_id BIGINT,             -- CUDA graph id when recorded
     graph_node_id BIGINT,        -- CUDA graph node id when recorded
     external_id BIGINT           -- Kineto External id linking to the CPU op that launched it; NULL for nsys
