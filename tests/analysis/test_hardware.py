@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+import traceview
 from traceview.analysis.hardware import DTYPES, default_hardware_dir, get_spec, load_specs, match_gpu
+from traceview.testing.generator import A100_80GB, Kernel, TraceSpec, write_kineto
 
 REPO = Path(__file__).resolve().parents[2]
 HARDWARE = REPO / "hardware"
@@ -286,6 +288,12 @@ def test_a_minimal_file_loads(tmp_path):
         (lambda t: t.replace("hbm_tbps = 1.0", "hbm_tbps = 1.0\nl2_byte = 5"), "l2_byte", "unknown field"),
         (lambda t: t.replace('sm_count = "doc"', 'sm_count = "doc"\ntdp_w = "doc"'), "sources.tdp_w", "no value"),
         (lambda t: t.replace('match = ["Test GPU X1"]', "match = []"), "match", "at least one"),
+        (lambda t: t.replace("hbm_tbps = 1.0", "hbm_tbps = 1.0\nl2_bytes = 4\nl2_tbps = 0.5")
+         .replace('sm_count = "doc"', 'sm_count = "doc"\nl2_bytes = "doc"\nl2_tbps = "doc"'), "l2_tbps", "must exceed"),
+        (lambda t: t.replace("hbm_tbps = 1.0", "hbm_tbps = 1.0\nl2_tbps = 5.0")
+         .replace('sm_count = "doc"', 'sm_count = "doc"\nl2_tbps = "doc"'), "l2_tbps", "needs l2_bytes"),
+        (lambda t: t.replace("hbm_tbps = 1.0", "hbm_tbps = 1.0\nl2_bytes = 4\nl2_tbps = 5.0")
+         .replace('sm_count = "doc"', 'sm_count = "doc"\nl2_bytes = "doc"'), "l2_tbps", "missing source"),
     ],
 )
 def test_bad_files_name_the_file_and_the_field(tmp_path, edit, field, message):
@@ -337,3 +345,16 @@ def test_device_properties_of_real_traces(file_name, expected):
         spec = match_gpu(dev["name"], dev["computeMajor"], dev["computeMinor"], dev["numSms"], dev["totalGlobalMem"])
         assert spec is not None and spec.id == expected, dev
         assert math.isfinite(spec.ridge(next(iter(spec.peak_tflops))))
+
+
+def test_l2_bandwidth_is_sourced_above_hbm_and_in_gpu_specs(tmp_path):
+    a100 = BY_ID["a100-sxm4-40gb"]
+    assert a100.l2_tbps == pytest.approx(5120 * 1410e6 / 1e12, abs=1e-3)  # whitepaper bytes/clk x boost clock
+    for spec in SPECS:
+        assert spec.l2_tbps is None or (spec.l2_tbps > spec.hbm_tbps and spec.l2_bytes), spec.id
+    trace = traceview.load(write_kineto(TraceSpec(gpus=(A100_80GB,), kernels=(Kernel("k", 1000, 10),)),
+                                        tmp_path / "t.json")).analyze()
+    rows = dict(trace.sql("SELECT spec_id, struct_pack(b := l2_bytes, s := l2_bytes_per_s) FROM gpu_specs").rows())
+    assert rows["a100-sxm4-40gb"] == {"b": 41_943_040, "s": pytest.approx(7.219e12)}
+    assert rows["h100-sxm"] == {"b": BY_ID["h100-sxm"].l2_bytes, "s": None}  # no published L2 bandwidth
+    assert rows["rtx-5060-ti"] == {"b": None, "s": None}

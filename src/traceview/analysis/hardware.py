@@ -4,6 +4,8 @@ The data lives in ``hardware/<id>.toml`` (see any file there for the layout). Al
 peaks are dense (no 2:4 sparsity) in TFLOP/s (TOP/s for int8); a dtype missing from
 ``peak_tflops`` means the GPU has no such unit or no sourced number for it. Memory
 bandwidth is decimal TB/s; ``memory_bytes`` is the marketed capacity taken as GiB.
+``l2_tbps`` (optional) is the L2 cache's peak read bandwidth in decimal TB/s, only where a
+vendor or measured figure is published: above-HBM bandwidth is plausible only for data that fits L2.
 
 Matching a trace's device name (CUDA / NVML / Kineto ``deviceProperties.name`` /
 nsys ``TARGET_INFO_GPU.name``):
@@ -51,8 +53,11 @@ VENDORS = ("nvidia", "amd")
 MEMORY_TOLERANCE = 0.10  # drivers report 88-100 % of the marketed capacity
 GIB = 2**30
 
-_SOURCED_FIELDS = ("hbm_tbps", "memory_bytes", "sm_count", "boost_clock_mhz", "l2_bytes", "interconnect", "tdp_w")
-_OPTIONAL_FIELDS = ("boost_clock_mhz", "l2_bytes", "interconnect", "tdp_w", "notes")
+_SOURCED_FIELDS = ("hbm_tbps", "memory_bytes", "sm_count", "boost_clock_mhz", "l2_bytes", "l2_tbps", "interconnect",
+                   "tdp_w")
+_OPTIONAL_FIELDS = ("boost_clock_mhz", "l2_bytes", "l2_tbps", "interconnect", "tdp_w", "notes")
+# Matrix-unit dtypes: a GPU with tensor (NVIDIA) or matrix (AMD) cores runs one of them faster than FP32.
+TENSOR_DTYPES = ("tf32", "bf16", "fp16")
 _TOP_LEVEL = {"id", "name", "vendor", "architecture", "match", "hbm_tbps", "memory_bytes", "sm_count",
               "fallback", "peak_tflops", "sources", *_OPTIONAL_FIELDS}
 _ID_RE = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -89,6 +94,7 @@ class HardwareSpec:
     fallback: Fallback
     tdp_w: int | None = None
     notes: str | None = None
+    l2_tbps: float | None = None
 
     def peak_flops(self, dtype: str) -> float | None:
         """Dense peak in FLOP/s (OP/s for int8), or None if this GPU has no such number."""
@@ -98,6 +104,21 @@ class HardwareSpec:
     @property
     def hbm_bytes_per_s(self) -> float:
         return self.hbm_tbps * 1e12
+
+    @property
+    def l2_bytes_per_s(self) -> float | None:
+        return None if self.l2_tbps is None else self.l2_tbps * 1e12
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Whether tensor/matrix cores run some dtype faster than the FP32 peak (unknown FP32: any such peak)."""
+        fp32 = self.peak_tflops.get("fp32", 0.0)
+        return any(self.peak_tflops.get(d, 0.0) > fp32 for d in TENSOR_DTYPES)
+
+    def matched_by_name(self, name: str | None) -> bool:
+        """Whether the device name itself names this GPU (else the properties identified it)."""
+        norm = _norm(name or "")
+        return bool(norm) and any(_contains(norm, _norm(p)) for p in self.match)
 
     def ridge(self, dtype: str = "bf16") -> float | None:
         """Roofline ridge point in FLOP per byte of DRAM traffic."""
@@ -212,9 +233,15 @@ def _load_file(path: Path) -> HardwareSpec:
         "sm_count": get(data, "sm_count", int),
         "boost_clock_mhz": get(data, "boost_clock_mhz", int, optional=True),
         "l2_bytes": get(data, "l2_bytes", int, optional=True),
+        "l2_tbps": _float_or_none(get(data, "l2_tbps", (int, float), optional=True)),
         "interconnect": get(data, "interconnect", str, optional=True),
         "tdp_w": get(data, "tdp_w", int, optional=True),
     }
+
+    if fields["l2_tbps"] is not None and fields["l2_tbps"] <= fields["hbm_tbps"]:
+        raise fail("l2_tbps", f"{fields['l2_tbps']} TB/s must exceed hbm_tbps {fields['hbm_tbps']} (L2 sits in front of HBM)")
+    if fields["l2_tbps"] is not None and fields["l2_bytes"] is None:
+        raise fail("l2_tbps", "needs l2_bytes: the bandwidth applies only to working sets that fit L2")
 
     sources = _flatten(get(data, "sources", dict), "", fail)
     wanted = [f"peak_tflops.{d}" for d in peaks] + [f for f in _SOURCED_FIELDS if fields[f] is not None]
@@ -237,6 +264,10 @@ def _load_file(path: Path) -> HardwareSpec:
         notes=get(data, "notes", str, optional=True),
         **fields,
     )
+
+
+def _float_or_none(value: int | float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 def _str_list(values: list, field: str, fail) -> tuple[str, ...]:

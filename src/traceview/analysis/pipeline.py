@@ -9,11 +9,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from traceview.analysis import accounting, categories, phases, roofline
-from traceview.analysis.hardware import HardwareSpec, get_spec, load_specs, match_gpu
+from traceview.analysis import accounting, categories, devices, op_costs, phases, roofline
 from traceview.analysis.models import load_model
 from traceview.errors import TraceviewError
-from traceview.model import db
 
 
 @dataclass(frozen=True)
@@ -41,61 +39,14 @@ class AnalysisOptions:
         return accounting.ModelOptions(model, self.dtype, self.tp, self.batch, self.context, self.utilization)
 
 
-def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSpec | None:
-    """Match each device to a hardware/ spec (or the `--gpu` override) and note what could not be.
-
-    Returns the spec of the GPU that ran the most kernel time (the target for model accounting).
-    """
-    specs = load_specs()
-    override = None
-    if gpu:
-        try:
-            override = get_spec(gpu, specs)
-        except ValueError as exc:
-            raise TraceviewError(f"--gpu {gpu}: {exc}") from None
-        con.execute(
-            """
-            INSERT INTO devices (rank, device_id, name)
-            SELECT DISTINCT k.rank, k.device_id, '' FROM kernels k
-            WHERE NOT EXISTS (SELECT 1 FROM devices d WHERE d.rank = k.rank AND d.device_id = k.device_id)
-            """
-        )
-    rows = con.execute(
-        "SELECT rank, device_id, name, compute_major, compute_minor, sm_count, memory_bytes FROM devices"
-    ).fetchall()
-    matches = {
-        (rank, device): override or match_gpu(name, major, minor, sms, memory, specs=specs)
-        for rank, device, name, major, minor, sms, memory in rows
-    }
-    roofline.attach_gpu_specs(con, matches, specs)
-    used = con.execute(
-        """
-        SELECT DISTINCT k.rank, k.device_id, d.name FROM kernels k
-        LEFT JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
-        WHERE d.spec_id IS NULL
-        """
-    ).fetchall()
-    for rank, device, name in used:
-        if name:
-            message = f"GPU {device} '{name}' matches no file in hardware/: pass --gpu NAME for roofline numbers"
-        else:
-            message = f"GPU {device} has no device name in the trace: pass --gpu NAME for roofline numbers"
-        db.add_diagnostic(con, rank, "analysis", "warning", "gpu_unknown", message)
-    busiest = con.execute(
-        """SELECT d.spec_id FROM kernels k JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
-           WHERE d.spec_id IS NOT NULL GROUP BY d.spec_id ORDER BY sum(k.dur_ns) DESC LIMIT 1"""
-    ).fetchall()
-    return next((s for s in specs if busiest and s.id == busiest[0][0]), override)
-
-
 def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisOptions()) -> None:
     """Run every analysis over an ingested trace, in dependency order."""
     model = options.model_options()
     for pattern in (options.step_regex, *(regex for _, regex in options.phase_kernels)):
         _check_regex(con, pattern)
     categories.classify_kernels(con)
-    gpu = match_devices(con, options.gpu)
-    roofline.build_op_costs(con)
+    gpu = devices.match_devices(con, options.gpu)
+    op_costs.build_op_costs(con)
     roofline.cost_kernels(con)
     phases.segment_steps(con, step_regex=options.step_regex, gap_ns=options.step_gap_ns,
                          phase_kernels=options.phase_kernels)

@@ -1,0 +1,307 @@
+"""Which GPU ran each kernel: every (rank, device_id) that kernels or memops use gets a `devices`
+row, matched to a hardware/ spec where the trace says enough, else classed by its kernel names.
+
+Three things go wrong in real traces and are repaired here, each with a diagnostic:
+
+* Device ids that the device list lacks. ROCm Kineto writes the physical GPU index on kernels
+  (6) while `deviceProperties` lists the visible devices 0..3 (HIP/ROCR/CUDA_VISIBLE_DEVICES).
+  Each such id gets its own `devices` row copying the listed device it maps to
+  (`maps_to_device_id`), so `kernels JOIN devices USING (rank, device_id)` finds every kernel's
+  GPU. One id and one listed device: that one. All listed devices of one model: by order, cycling
+  (any choice gives the same spec). Otherwise by order, the k-th unlisted id to the k-th listed
+  device not used by kernels itself; ids left over stay unmatched.
+* No device name (nsys exports without TARGET_INFO_GPU, empty Kineto names): the properties may
+  still identify it (hardware.match_gpu); if not, the architecture class is inferred from kernel
+  names (architectures.toml): `sm80_xmma_*` proves an sm80-or-newer GPU with tensor cores.
+* `--gpu` overrides all of it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from traceview.analysis.hardware import VENDORS, HardwareSpec, get_spec, load_specs, match_gpu
+from traceview.errors import TraceviewError
+from traceview.model import db
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+ARCHITECTURES_FILE = Path(__file__).with_name("architectures.toml")
+DEVICE_COLUMNS = {
+    "spec_id": "VARCHAR",
+    "spec_source": "VARCHAR",
+    "architecture": "VARCHAR",
+    "tensor_cores": "BOOLEAN",
+    "maps_to_device_id": "INTEGER",
+}
+PROPERTY_COLUMNS = ("name", "compute_major", "compute_minor", "sm_count", "memory_bytes")
+EXAMPLE_CHARS = 80  # kernel names in diagnostics are cut to this length
+
+
+@dataclass(frozen=True)
+class ArchitectureClass:
+    id: str
+    vendor: str
+    level: int  # NVIDIA SM version (80), AMD gfx IP as hex (0x90a)
+    tensor_cores: bool | None
+    covers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class NamePattern:
+    vendor: str
+    pattern: str
+    capture: bool
+    level: int | None
+
+
+def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSpec | None:
+    """Give every used device a row, a spec where it can be told, else an inferred class; say what could not be.
+
+    Returns the spec of the GPU that ran the most kernel time (the target for model accounting).
+    """
+    specs = load_specs()
+    override = None
+    if gpu:
+        try:
+            override = get_spec(gpu, specs)
+        except ValueError as exc:
+            raise TraceviewError(f"--gpu {gpu}: {exc}") from None
+    for column, kind in DEVICE_COLUMNS.items():
+        con.execute(f"ALTER TABLE devices ADD COLUMN IF NOT EXISTS {column} {kind}")
+    _map_unlisted_ids(con, specs)
+    if override:
+        con.execute(
+            f"""
+            INSERT INTO devices (rank, device_id, name)
+            SELECT rank, device_id, '' FROM ({_USED_IDS}) u
+            WHERE NOT EXISTS (SELECT 1 FROM devices d WHERE d.rank = u.rank AND d.device_id = u.device_id)
+            """
+        )
+    rows = con.execute(
+        "SELECT rank, device_id, maps_to_device_id, name, compute_major, compute_minor, sm_count, memory_bytes "
+        "FROM devices"
+    ).fetchall()
+    matches = {}
+    for rank, device, maps_to, name, major, minor, sms, memory in rows:
+        spec = override or match_gpu(name, major, minor, sms, memory, specs=specs)
+        if spec:
+            source = ("override" if override else "device_map" if maps_to is not None
+                      else "name" if spec.matched_by_name(name) else "properties")
+            matches[(rank, device)] = (spec, source)
+    attach_gpu_specs(con, matches, specs)
+    _infer_from_kernel_names(con)
+    unknown = con.execute(
+        """
+        SELECT DISTINCT k.rank, k.device_id, d.name FROM kernels k
+        LEFT JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+        WHERE d.spec_id IS NULL
+        """
+    ).fetchall()
+    for rank, device, name in unknown:
+        if name:
+            message = f"GPU {device} '{name}' matches no file in hardware/: pass --gpu NAME for roofline numbers"
+        else:
+            message = f"GPU {device} has no device name in the trace: pass --gpu NAME for roofline numbers"
+        db.add_diagnostic(con, rank, "analysis", "warning", "gpu_unknown", message)
+    busiest = con.execute(
+        """SELECT d.spec_id FROM kernels k JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+           WHERE d.spec_id IS NOT NULL GROUP BY d.spec_id ORDER BY sum(k.dur_ns) DESC LIMIT 1"""
+    ).fetchall()
+    return next((s for s in specs if busiest and s.id == busiest[0][0]), override)
+
+
+def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, int], tuple[HardwareSpec, str]],
+                     all_specs: list[HardwareSpec]) -> None:
+    """Record each device's spec, where it came from, its architecture and tensor cores; write the spec tables."""
+    rows = [(rank, device, spec.id, source, spec.architecture, spec.tensor_cores)
+            for (rank, device), (spec, source) in matches.items()]
+    con.register("_matches", pa.table(
+        list(zip(*rows)) if rows else [[] for _ in range(6)],
+        schema=pa.schema([("rank", pa.int32()), ("device_id", pa.int32()), ("spec_id", pa.string()),
+                          ("spec_source", pa.string()), ("architecture", pa.string()), ("tensor_cores", pa.bool_())]),
+    ))
+    con.execute("UPDATE devices SET spec_id = m.spec_id, spec_source = m.spec_source, architecture = m.architecture, "
+                "tensor_cores = m.tensor_cores FROM _matches m "
+                "WHERE devices.rank = m.rank AND devices.device_id = m.device_id")
+    con.unregister("_matches")
+    peaks = [(s.id, dtype, tflops * 1e12) for s in all_specs for dtype, tflops in s.peak_tflops.items()]
+    con.register("_peaks", pa.table({
+        "spec_id": [p[0] for p in peaks], "dtype": [p[1] for p in peaks], "peak_flops": [p[2] for p in peaks],
+    }))
+    con.execute("CREATE OR REPLACE TABLE gpu_peaks AS SELECT * FROM _peaks")
+    con.unregister("_peaks")
+    con.register("_specs", pa.table({
+        "spec_id": [s.id for s in all_specs], "name": [s.name for s in all_specs],
+        "vendor": [s.vendor for s in all_specs], "architecture": [s.architecture for s in all_specs],
+        "hbm_bytes_per_s": [s.hbm_tbps * 1e12 for s in all_specs],
+        "memory_bytes": [s.memory_bytes for s in all_specs], "sm_count": [s.sm_count for s in all_specs],
+        "l2_bytes": pa.array([s.l2_bytes for s in all_specs], pa.int64()),
+        "l2_bytes_per_s": pa.array([s.l2_bytes_per_s for s in all_specs], pa.float64()),
+    }))
+    con.execute("CREATE OR REPLACE TABLE gpu_specs AS SELECT * FROM _specs")
+    con.unregister("_specs")
+    classes = load_architectures()[0]
+    con.register("_covers", pa.table({
+        "architecture": [c.id for c in classes for s in all_specs if s.architecture in c.covers],
+        "spec_id": [s.id for c in classes for s in all_specs if s.architecture in c.covers],
+    }))
+    con.execute("CREATE OR REPLACE TABLE architecture_specs AS SELECT * FROM _covers")
+    con.unregister("_covers")
+
+
+# ----------------------------------------------------------------------------- device-id mapping
+
+_USED_IDS = """
+    SELECT DISTINCT rank, device_id FROM kernels WHERE device_id IS NOT NULL
+    UNION SELECT DISTINCT rank, device_id FROM memops WHERE device_id IS NOT NULL
+"""
+
+
+def _map_unlisted_ids(con: duckdb.DuckDBPyConnection, specs: list[HardwareSpec]) -> None:
+    """Give each used device id the device list lacks a row copying the listed device it stands for."""
+    ranks = con.execute(
+        f"""
+        SELECT u.rank, list(u.device_id ORDER BY u.device_id) FILTER (WHERE d.device_id IS NULL) AS unlisted,
+               list(u.device_id ORDER BY u.device_id) FILTER (WHERE d.device_id IS NOT NULL) AS used_listed
+        FROM ({_USED_IDS}) u LEFT JOIN devices d USING (rank, device_id)
+        GROUP BY u.rank
+        HAVING count(*) FILTER (WHERE d.device_id IS NULL) > 0
+        """
+    ).fetchall()
+    mapping = []
+    for rank, unlisted, used_listed in ranks:
+        listed = con.execute(
+            f"SELECT device_id, {', '.join(PROPERTY_COLUMNS)} FROM devices WHERE rank = ? ORDER BY device_id",
+            [rank],
+        ).fetchall()
+        if not listed:
+            continue
+        models = set()
+        for _, name, major, minor, sms, memory in listed:
+            spec = match_gpu(name, major, minor, sms, memory, specs=specs)
+            models.add(spec.id if spec else (name, major, minor, sms, memory))
+        free = [row[0] for row in listed if row[0] not in set(used_listed or [])] or [row[0] for row in listed]
+        if len(unlisted) == 1 and len(listed) == 1:
+            pairs, how, severity = [(unlisted[0], free[0])], "the only listed device", "info"
+        elif len(models) == 1:
+            pairs = [(device, free[k % len(free)]) for k, device in enumerate(unlisted)]
+            how, severity = "all listed devices are one model, so the spec is the same", "info"
+        else:
+            pairs = list(zip(unlisted, free))
+            how, severity = "by order; the listed devices differ, so this is a guess", "warning"
+        mapping += [(rank, device, target) for device, target in pairs]
+        left = [device for device in unlisted if device not in {d for d, _ in pairs}]
+        message = (f"kernels use device ids the trace's device list lacks (visible-devices renumbering): "
+                   f"{', '.join(f'{d} -> {t}' for d, t in pairs)} ({how})"
+                   + (f"; ids {', '.join(map(str, left))} have no listed device left" if left else ""))
+        db.add_diagnostic(con, rank, "analysis", severity, "device_ids_mapped", message)
+    if not mapping:
+        return
+    con.register("_device_map", pa.table(
+        list(zip(*mapping)),
+        schema=pa.schema([("rank", pa.int32()), ("device_id", pa.int32()), ("maps_to", pa.int32())]),
+    ))
+    con.execute(
+        """
+        INSERT INTO devices BY NAME
+        SELECT d.* EXCLUDE (device_id, maps_to_device_id), m.device_id, m.maps_to AS maps_to_device_id
+        FROM devices d JOIN _device_map m ON d.rank = m.rank AND d.device_id = m.maps_to
+        """
+    )
+    con.unregister("_device_map")
+
+
+# ----------------------------------------------------------------------------- kernel-name inference
+
+
+def _infer_from_kernel_names(con: duckdb.DuckDBPyConnection) -> None:
+    """Class each used device that has no spec by the most advanced architecture its kernel names prove."""
+    classes, patterns = load_architectures()
+    con.register("_arch_classes", pa.table({
+        "architecture": [c.id for c in classes], "vendor": [c.vendor for c in classes],
+        "class_level": [c.level for c in classes],
+        "tensor_cores": pa.array([c.tensor_cores for c in classes], pa.bool_()),
+    }))
+    con.register("_arch_patterns", pa.table({
+        "vendor": [p.vendor for p in patterns], "pattern": [p.pattern for p in patterns],
+        "capture": [p.capture for p in patterns], "level": pa.array([p.level for p in patterns], pa.int64()),
+    }))
+    inferred = con.execute(
+        """
+        WITH unknown AS (
+            SELECT DISTINCT k.rank, k.device_id FROM kernels k
+            LEFT JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+            WHERE k.device_id IS NOT NULL AND d.spec_id IS NULL
+        ),
+        names AS (
+            SELECT k.rank, k.device_id, k.name, sum(k.dur_ns) AS time_ns
+            FROM kernels k JOIN unknown u ON u.rank = k.rank AND u.device_id = k.device_id
+            GROUP BY ALL
+        ),
+        hits AS (
+            SELECT n.rank, n.device_id, n.name, n.time_ns, p.vendor,
+                   CASE WHEN NOT p.capture THEN p.level
+                        WHEN p.vendor = 'amd' THEN ('0x' || regexp_extract(n.name, p.pattern, 1))::BIGINT
+                        ELSE regexp_extract(n.name, p.pattern, 1)::BIGINT END AS level
+            FROM names n JOIN _arch_patterns p ON regexp_matches(n.name, p.pattern)
+        ),
+        classed AS (
+            SELECT h.*, c.architecture, c.class_level, c.tensor_cores
+            FROM hits h ASOF JOIN _arch_classes c ON c.vendor = h.vendor AND h.level >= c.class_level
+        ),
+        vendors AS (  -- the vendor whose names cover the most kernel time
+            SELECT rank, device_id, arg_max(vendor, vendor_ns) AS vendor
+            FROM (SELECT rank, device_id, vendor, sum(time_ns) AS vendor_ns
+                  FROM (SELECT DISTINCT rank, device_id, vendor, name, time_ns FROM classed) GROUP BY ALL)
+            GROUP BY rank, device_id
+        )
+        SELECT c.rank, c.device_id,
+               arg_max(struct_pack(a := c.architecture, t := c.tensor_cores, n := c.name),
+                       struct_pack(l := c.class_level, ns := c.time_ns)) AS pick
+        FROM classed c JOIN vendors v ON v.rank = c.rank AND v.device_id = c.device_id AND v.vendor = c.vendor
+        GROUP BY c.rank, c.device_id
+        ORDER BY c.rank, c.device_id
+        """
+    ).fetchall()
+    con.unregister("_arch_classes")
+    con.unregister("_arch_patterns")
+    for rank, device, pick in inferred:
+        exists = con.execute("SELECT count(*) FROM devices WHERE rank = ? AND device_id = ?", [rank, device]).fetchall()
+        if not exists[0][0]:
+            con.execute("INSERT INTO devices (rank, device_id, name) VALUES (?, ?, '')", [rank, device])
+        con.execute(
+            "UPDATE devices SET spec_source = 'kernel_names', architecture = ?, tensor_cores = ? "
+            "WHERE rank = ? AND device_id = ?", [pick["a"], pick["t"], rank, device])
+        cores = {True: "with tensor/matrix cores", False: "without tensor/matrix cores",
+                 None: "tensor cores not known"}[pick["t"]]
+        example = pick["n"] if len(pick["n"]) <= EXAMPLE_CHARS else pick["n"][:EXAMPLE_CHARS] + "..."
+        db.add_diagnostic(con, rank, "analysis", "info", "gpu_inferred",
+                          f"GPU {device} inferred as {pick['a']} ({cores}) from kernel names, e.g. {example}")
+
+
+@lru_cache(maxsize=1)
+def load_architectures(path: Path = ARCHITECTURES_FILE) -> tuple[tuple[ArchitectureClass, ...], tuple[NamePattern, ...]]:
+    """The architecture classes and kernel-name patterns of architectures.toml, validated."""
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    classes = tuple(
+        ArchitectureClass(c["id"], c["vendor"], c["level"], c.get("tensor_cores"), tuple(c["covers"]))
+        for c in data["classes"]
+    )
+    patterns = tuple(NamePattern(p["vendor"], p["pattern"], bool(p.get("capture")), p.get("level"))
+                     for p in data["patterns"])
+    for item in (*classes, *patterns):
+        if item.vendor not in VENDORS:
+            raise ValueError(f"{path.name}: vendor {item.vendor!r} is not one of {VENDORS}")
+    for pattern in patterns:
+        if pattern.capture == (pattern.level is not None):
+            raise ValueError(f"{path.name}: pattern {pattern.pattern!r} needs either capture = true or a level")
+    return tuple(sorted(classes, key=lambda c: (c.vendor, c.level))), patterns
