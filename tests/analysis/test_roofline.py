@@ -31,7 +31,7 @@ def test_flash_attention_flops_from_query_and_key_shapes() -> None:
            WHERE o.op = 'aten::_scaled_dot_product_flash_attention' LIMIT 1"""
     ).rows()[0]
     assert dims.startswith("[[16,16,559,64],[16,16,559,64]")
-    assert flops == 4 * 16 * 16 * 559 * 559 * 64
+    assert flops == 4 * 16 * 16 * 559 * 559 * 64 / 2  # is_causal: half the score pairs
 
 
 def test_kernel_costs_share_their_op_by_time_and_phase_aggregates_are_sums() -> None:

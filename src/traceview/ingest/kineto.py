@@ -78,6 +78,7 @@ ARG_PATHS = {
     "graph_node_id": '$."graph node id"',
     "input_dims": '$."Input Dims"',
     "input_types": '$."Input type"',
+    "input_values": '$."Concrete Inputs"',
     "flops": "$.flops",
 }
 
@@ -454,7 +455,7 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
     """Split the raw events into the staged contract tables, with times in integer ns."""
     times = f"""
         {base_ns}::BIGINT + CAST(ts * 1000 AS BIGINT) AS start_ns,
-        {base_ns}::BIGINT + CAST((ts + coalesce(greatest(dur, 0), 0)) * 1000 AS BIGINT) AS end_ns"""
+        {base_ns}::BIGINT + CAST((ts + CASE WHEN dur > 0 THEN dur ELSE 0 END) * 1000 AS BIGINT) AS end_ns"""
     host_ids = """
         TRY_CAST(json_extract_string(pid, '$') AS BIGINT) AS pid,
         TRY_CAST(json_extract_string(tid, '$') AS BIGINT) AS tid"""
@@ -525,7 +526,7 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
                CASE WHEN cat = 'user_annotation' AND name GLOB 'ProfilerStep#*' THEN 'profiler_step' ELSE cat END AS kind,
                NULL::VARCHAR AS domain, {times},
                TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id,
-               arg_input_dims AS input_dims, arg_input_types AS input_types,
+               arg_input_dims AS input_dims, arg_input_types AS input_types, arg_input_values AS input_values,
                TRY_CAST(arg_flops AS DOUBLE) AS flops
         FROM _kineto_events WHERE ph = 'X' AND cat IN {RANGE_CATEGORIES}
         """

@@ -421,7 +421,7 @@ def _read_ranges(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
             SELECT pid, domain_id, any_value(text) AS domain FROM nvtx
             WHERE event_type = {NVTX_DOMAIN_CREATE} GROUP BY ALL
         ),
-        capture_end AS (SELECT greatest(max(start), max("end")) AS t FROM _nsys_nvtx)
+        capture_end AS (SELECT max(t) AS t FROM (SELECT start AS t FROM _nsys_nvtx UNION ALL SELECT "end" FROM _nsys_nvtx))
         SELECT {rank} AS rank, n.pid, n.tid, coalesce(n.text, '') AS name,
                CASE WHEN n.event_type = {NVTX_MARK_TYPE} THEN 'nvtx_mark' ELSE 'nvtx' END AS kind,
                d.domain, n.start AS start_ns,
@@ -429,7 +429,7 @@ def _read_ranges(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
                     ELSE coalesce(n."end", (SELECT t FROM capture_end)) END AS end_ns,
                NULL::BIGINT AS external_id,
                nullif(regexp_extract(n.text, 'sizes = (\\[(\\[[^\\]]*\\](, )?)*\\])', 1), '') AS input_dims,
-               NULL::VARCHAR AS input_types, NULL::DOUBLE AS flops
+               NULL::VARCHAR AS input_types, NULL::VARCHAR AS input_values, NULL::DOUBLE AS flops
         FROM nvtx n LEFT JOIN domains d ON d.pid = n.pid AND d.domain_id = n.domain_id AND n.domain_id <> 0
         WHERE n.event_type <> {NVTX_DOMAIN_CREATE}
         """

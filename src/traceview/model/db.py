@@ -190,7 +190,7 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
             QUALIFY delta = 1
         )
         SELECT r.rank, i.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
-               r.end_ns - r.start_ns, d.depth, r.external_id, r.input_dims, r.input_types, r.flops
+               r.end_ns - r.start_ns, d.depth, r.external_id, r.input_dims, r.input_types, r.input_values, r.flops
         FROM _stage_ranges r
         JOIN _range_ids i ON i.row = r.rowid
         JOIN depths d ON d.range_id = i.range_id

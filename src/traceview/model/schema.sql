@@ -116,6 +116,7 @@ CREATE TABLE ranges (
     external_id BIGINT,          -- Kineto External id (links cpu_op and user_annotation to the GPU work they launched)
     input_dims VARCHAR,          -- JSON list of input shapes (Kineto record_shapes; nsys emit_nvtx 'sizes = ...')
     input_types VARCHAR,         -- JSON list of input dtypes (Kineto record_shapes)
+    input_values VARCHAR,        -- JSON list of scalar inputs (Kineto 'Concrete Inputs'); NULL when not recorded
     flops DOUBLE                 -- FLOPs the profiler recorded for the op; NULL when not recorded
 );
 

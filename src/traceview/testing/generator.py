@@ -174,6 +174,7 @@ class Range:
     external_id: int | None = None
     input_dims: tuple | list | None = None
     input_types: tuple | list | None = None
+    input_values: tuple | list | None = None  # Kineto 'Concrete Inputs': scalars as strings, '' for tensors
 
 
 @dataclass(frozen=True)
@@ -1673,6 +1674,7 @@ def _kineto_text(plan: _Plan, flavour: str, pid: int, rank: int, trace_name: str
         r = ri.r
         dims = list(r.input_dims) if r.input_dims is not None else None
         types = list(r.input_types) if r.input_types is not None else ([""] * len(dims) if dims else None)
+        values = list(r.input_values) if r.input_values is not None else ([""] * len(dims) if dims else None)
         if legacy:
             extra = (f'"Input Dims": {_jl(dims)}, "Call stack": "", "Input type": {_jl(types)}'
                      if dims is not None else '"Call stack": ""')
@@ -1683,7 +1685,7 @@ def _kineto_text(plan: _Plan, flavour: str, pid: int, rank: int, trace_name: str
             shapes = ""
             if dims is not None:
                 record_shapes = True
-                shapes = (f'"Concrete Inputs": {_jl([""] * len(dims))}, "Input type": {_jl(types)}, '
+                shapes = (f'"Concrete Inputs": {_jl(values)}, "Input type": {_jl(types)}, '
                           f'"Input Strides": {_jl(_dims_strides(dims))}, "Input Dims": {_jl(dims)}, ')
             args = f'"External id": {ri.ext},"Record function id": 0, {shapes}"Ev Idx": {ev_idx}'
             events.append(x_event(r.kind, r.name, pid, tid_s(r.tid), r.start_ns, r.end_ns, args))

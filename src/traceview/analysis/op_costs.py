@@ -1,0 +1,212 @@
+"""`op_costs`: ideal DRAM bytes and useful FLOPs of every op range whose inputs the trace records.
+
+How each op's cost follows from its input shapes, dtypes and scalar arguments is data, one entry per
+op in `op_costs.toml`, so that adding an op is one entry. Entries are SQL expressions that DuckDB
+evaluates for all ops at once. An op no entry matches stays uncosted: a guess ("inputs plus the
+largest input") would put ops that are handed a whole buffer but touch a slice of it (KV-cache
+writes, rotary with a cos/sin table, paged attention) far above the memory roof.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import duckdb
+
+from traceview.errors import TraceviewError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+COST_MODELS_FILE = Path(__file__).with_name("op_costs.toml")
+MAX_INPUTS = 12
+ELEMENT_BYTES = {
+    "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "int": 4,
+    "long int": 8, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
+    "c10::complex<float>": 8, "c10::complex<double>": 16,
+}
+TYPE_DTYPES = {
+    "c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64",
+    "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+    "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8",
+}
+ENTRY_KEYS = {"id", "ops", "pattern", "when", "flops", "bytes"}
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _case(column: str, mapping: dict[str, object]) -> str:
+    arms = " ".join(f"WHEN {_sql_text(k)} THEN {_sql_text(v) if isinstance(v, str) else v}" for k, v in mapping.items())
+    return f"CASE {column} {arms} END"
+
+
+MACROS = {
+    "numel(d)": "CASE WHEN len(d) = 0 THEN 1 ELSE list_aggregate(d, 'product') END",
+    "dim_size(d, k)": "d[CASE WHEN k >= 0 THEN k + 1 ELSE len(d) + k + 1 END]",
+    "larger(x, y)": "CASE WHEN x >= y THEN x ELSE y END",
+    "broadcast_dims(a, b)": """list_transform(range(1, larger(len(a), len(b)) + 1), lambda j: larger(
+        CASE WHEN j > larger(len(a), len(b)) - len(a) THEN a[j - larger(len(a), len(b)) + len(a)] ELSE 1 END,
+        CASE WHEN j > larger(len(a), len(b)) - len(b) THEN b[j - larger(len(a), len(b)) + len(b)] ELSE 1 END))""",
+    "broadcast_numel(a, b)": "numel(broadcast_dims(a, b))",
+    "reduced_dims(t)": "coalesce(TRY_CAST(t AS INTEGER[]), [TRY_CAST(t AS INTEGER)])",
+    "reduced_numel(d, t)": """CASE WHEN t IS NULL OR len(reduced_dims(t)) = 0 THEN 1
+        ELSE numel(d) / list_aggregate(list_transform(reduced_dims(t), lambda k: dim_size(d, k)), 'product') END""",
+    "element_size(t)": _case("t", ELEMENT_BYTES),
+    "type_dtype(t)": _case("t", TYPE_DTYPES),
+}
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """One op_costs.toml entry: which ops it costs and the SQL for their bytes and FLOPs."""
+
+    id: str
+    match: str
+    bytes: str
+    flops: str | None
+
+
+def _input_columns(i: int) -> str:
+    d = f"coalesce(dims[{i}], [])"
+    tensor = f"(len({d}) > 0 OR element_size(types[{i}]) IS NOT NULL)"
+    return f"""{d} AS d{i},
+               CASE WHEN len({d}) > 0 THEN list_aggregate({d}, 'product')
+                    WHEN element_size(types[{i}]) IS NOT NULL THEN 1 ELSE 0 END AS n{i},
+               CASE WHEN {tensor} THEN element_size(types[{i}]) ELSE 0 END AS s{i},
+               CASE WHEN {tensor} THEN 1 ELSE 0 END AS u{i},
+               nullif(vals[{i}], '') AS v{i}"""
+
+
+VARIABLES = ",\n".join(_input_columns(i) for i in range(1, MAX_INPUTS + 1))
+UNIT_SIZES = ", ".join(f"u{i} AS s{i}" for i in range(1, MAX_INPUTS + 1))
+
+
+def _create_macros(con: duckdb.DuckDBPyConnection) -> None:
+    for signature, body in MACROS.items():
+        con.execute(f"CREATE OR REPLACE TEMP MACRO {signature} AS ({body})")
+
+
+def _check_sql(con: duckdb.DuckDBPyConnection, entry_id: str, field: str, expression: str) -> None:
+    try:
+        con.execute(f"SELECT ({expression}) FROM _op_inputs LIMIT 0")
+    except duckdb.Error as exc:
+        message = str(exc).splitlines()[0]
+        raise TraceviewError(f"{COST_MODELS_FILE.name} entry '{entry_id}': {field} is not valid SQL: {message}") from None
+
+
+def _parse_entry(number: int, entry: object, seen: set[str]) -> CostModel:
+    if not isinstance(entry, dict):
+        raise TraceviewError(f"{COST_MODELS_FILE.name} entry {number}: must be a table")
+    entry_id = entry.get("id")
+    if not isinstance(entry_id, str) or not entry_id:
+        raise TraceviewError(f"{COST_MODELS_FILE.name} entry {number}: needs an id")
+    where = f"{COST_MODELS_FILE.name} entry '{entry_id}'"
+    if entry_id in seen:
+        raise TraceviewError(f"{where}: the id is used twice")
+    seen.add(entry_id)
+    unknown = set(entry) - ENTRY_KEYS
+    if unknown:
+        raise TraceviewError(f"{where}: unknown keys {sorted(unknown)} (allowed: {sorted(ENTRY_KEYS)})")
+    if ("ops" in entry) == ("pattern" in entry):
+        raise TraceviewError(f"{where}: give exactly one of ops (names) or pattern (regex)")
+    for key in ("pattern", "when", "flops", "bytes"):
+        if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
+            raise TraceviewError(f"{where}: {key} must be a non-empty string")
+    if "bytes" not in entry:
+        raise TraceviewError(f"{where}: needs bytes")
+    if "ops" in entry:
+        ops = entry["ops"]
+        if not isinstance(ops, list) or not ops or not all(isinstance(o, str) and o for o in ops):
+            raise TraceviewError(f"{where}: ops must be a non-empty list of op names")
+        match = f"op IN ({', '.join(_sql_text(o) for o in ops)})"
+    else:
+        try:
+            re.compile(entry["pattern"])
+        except re.error as exc:
+            raise TraceviewError(f"{where}: pattern is not a valid regex: {exc}") from None
+        match = f"regexp_full_match(op, {_sql_text(entry['pattern'])})"
+    if "when" in entry:
+        match = f"{match} AND ({entry['when']})"
+    return CostModel(entry_id, match, entry["bytes"], entry.get("flops"))
+
+
+@lru_cache(maxsize=4)
+def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
+    """Read and validate op_costs.toml: every entry well formed and every expression valid SQL."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise TraceviewError(f"{path.name}: {exc}") from None
+    entries = data.get("op")
+    if not isinstance(entries, list) or not entries or set(data) != {"op"}:
+        raise TraceviewError(f"{path.name}: expected only [[op]] entries")
+    seen: set[str] = set()
+    models = tuple(_parse_entry(number, entry, seen) for number, entry in enumerate(entries, start=1))
+    con = duckdb.connect()
+    _create_macros(con)
+    con.execute(
+        f"""CREATE TEMP TABLE _op_inputs AS
+            SELECT *, {VARIABLES}
+            FROM (SELECT ''::VARCHAR AS op, []::BIGINT[][] AS dims, []::VARCHAR[] AS types,
+                         []::VARCHAR[] AS vals, false AS values_known)"""
+    )
+    for model in models:
+        for field, expression in (("when/ops", model.match), ("bytes", model.bytes), ("flops", model.flops)):
+            if expression is not None:
+                _check_sql(con, model.id, field, expression)
+    con.close()
+    return models
+
+
+def build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...] | None = None) -> None:
+    """`op_costs`: one row per op range an op_costs.toml entry (or the profiler's own FLOP count) costs."""
+    models = load_cost_models() if models is None else models
+    _create_macros(con)
+    pick = " ".join(f"WHEN {m.match} THEN {_sql_text(m.id)}" for m in models)
+    byte_arms = " ".join(f"WHEN {_sql_text(m.id)} THEN ({m.bytes})::DOUBLE" for m in models)
+    flop_arms = " ".join(f"WHEN {_sql_text(m.id)} THEN ({m.flops})::DOUBLE" for m in models if m.flops)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TABLE op_costs AS
+        WITH shaped AS (
+            SELECT rank, range_id, kind, pid, tid, start_ns, end_ns, external_id, flops AS recorded_flops,
+                   CASE WHEN kind = 'nvtx' THEN trim(split_part(name, ',', 1)) ELSE name END AS op,
+                   TRY_CAST(input_dims AS BIGINT[][]) AS dims,
+                   TRY(from_json(input_types, '["VARCHAR"]')) AS types,
+                   TRY(from_json(input_values, '["VARCHAR"]')) AS vals,
+                   input_values IS NOT NULL AS values_known
+            FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx')
+        ),
+        modeled AS (
+            SELECT *, CASE {pick} END AS cost_model
+            FROM (SELECT *, {VARIABLES} FROM shaped WHERE dims IS NOT NULL)
+        ),
+        costs AS (
+            SELECT *, CASE cost_model {byte_arms} END AS model_bytes,
+                   CASE cost_model {flop_arms or "WHEN NULL THEN NULL"} END AS model_flops
+            FROM modeled
+        ),
+        moved AS (
+            SELECT rank, range_id, CASE cost_model {byte_arms} END AS elements
+            FROM (SELECT * REPLACE ({UNIT_SIZES}) FROM modeled)
+        )
+        SELECT c.rank, c.range_id, c.kind, c.pid, c.tid, c.start_ns, c.end_ns, c.external_id, c.op,
+               CASE WHEN c.model_flops IS NOT NULL THEN c.model_flops ELSE c.recorded_flops END AS flops,
+               c.model_bytes AS bytes, m.elements,
+               type_dtype(c.types[1]) AS input_dtype,
+               -- tokens per sequence of a [batch, seq, features] linear input: 1 in decode, the prompt in prefill
+               CASE WHEN c.op IN ('aten::linear', 'aten::matmul') AND len(c.d1) = 3 THEN c.d1[2] END AS seq_len,
+               CASE WHEN c.cost_model IS NOT NULL THEN c.cost_model
+                    WHEN c.recorded_flops IS NOT NULL THEN 'profiler' END AS cost_model
+        FROM costs c JOIN moved m USING (rank, range_id)
+        WHERE c.cost_model IS NOT NULL OR c.recorded_flops IS NOT NULL
+        """
+    )
