@@ -138,13 +138,14 @@ def build_step_accounting(con: duckdb.DuckDBPyConnection, options: ModelOptions 
         """
         UPDATE step_accounting SET model_bytes = c.bytes, model_flops = c.flops,
                memory_time_ns = c.memory_ns, compute_time_ns = c.compute_ns,
-               roofline_floor_ns = greatest(c.memory_ns, c.compute_ns),
-               kernel_inefficiency_ns = greatest(gpu_busy_ns - greatest(c.memory_ns, c.compute_ns), 0),
+               roofline_floor_ns = c.floor_ns,
+               -- a floor above the measured busy time is impossible: left NULL (phase_summary says why)
+               kernel_inefficiency_ns = CASE WHEN gpu_busy_ns >= c.floor_ns THEN gpu_busy_ns - c.floor_ns END,
                overhead_ns = wall_ns - c.memory_ns - c.compute_ns,
                dominant_term = CASE
-                   WHEN wall_ns - c.memory_ns - c.compute_ns >= greatest(c.memory_ns, c.compute_ns) THEN 'overhead'
+                   WHEN wall_ns - c.memory_ns - c.compute_ns >= c.floor_ns THEN 'overhead'
                    WHEN c.memory_ns >= c.compute_ns THEN 'memory' ELSE 'compute' END
-        FROM _costs c
+        FROM (SELECT *, CASE WHEN memory_ns >= compute_ns THEN memory_ns ELSE compute_ns END AS floor_ns FROM _costs) c
         WHERE step_accounting.rank = c.rank AND step_accounting.step_id = c.step_id
         """
     )

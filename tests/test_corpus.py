@@ -1,0 +1,144 @@
+"""Invariants that must hold on every real trace in ../shared/traces, including ones added later.
+
+Each trace is analysed once and every analysis table and view is checked against physics and the
+documented vocabularies: nothing above its roof, no percentage without costs, a bound wherever a
+percentage is, every kernel on a listed device, phases from the documented set, training steps never
+judged as prefill or decode.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import traceview
+from conftest import REPO, SHARED_TRACES, requires_shared
+
+pytestmark = requires_shared
+TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
+STEP_PHASES = {"prefill", "decode", "mixed", "train", "empty", "unknown"}
+KERNEL_PHASES = STEP_PHASES | {"other"}
+AGGREGATES = ("roofline_by_category", "roofline_by_phase", "roofline_by_step", "phase_summary")
+# relative slack for float sums: a ratio of sums of per-kernel values each at most 1
+EPSILON = 1e-9
+
+
+def corpus() -> list[Path]:
+    """Every trace file under nsys/ and torch/, and every directory there as one multi-rank job."""
+    targets = []
+    for folder in ("nsys", "torch"):
+        for path in sorted((SHARED_TRACES / folder).iterdir()) if (SHARED_TRACES / folder).is_dir() else []:
+            if path.is_dir() or path.name.endswith(TRACE_SUFFIXES):
+                targets.append(path)
+    return targets
+
+
+@pytest.fixture(scope="module", params=corpus(), ids=lambda p: p.name)
+def trace(request) -> traceview.Trace:
+    return traceview.load(request.param).analyze()
+
+
+def violations(trace: traceview.Trace, sql: str) -> list[tuple]:
+    return trace.sql(sql).rows()
+
+
+def test_no_kernel_cost_above_what_its_gpu_can_do(trace) -> None:
+    assert violations(trace, f"""
+        SELECT r.kernel_id, r.name, r.achieved_tbps, s.hbm_bytes_per_s / 1e12
+        FROM roofline_kernels r
+        JOIN kernels k USING (rank, kernel_id)
+        JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+        JOIN gpu_specs s USING (spec_id)
+        WHERE (NOT r.l2_resident AND r.achieved_tbps * 1e12 > s.hbm_bytes_per_s * (1 + {EPSILON}))
+           OR (r.l2_resident AND r.bytes > s.l2_bytes)
+           OR (r.l2_resident AND r.achieved_tbps * 1e12 > s.l2_bytes_per_s * (1 + {EPSILON}))
+        """) == []
+    assert violations(trace, f"""
+        SELECT r.kernel_id, r.name, r.dtype, r.achieved_tflops, p.peak_flops / 1e12
+        FROM roofline_kernels r
+        JOIN kernels k USING (rank, kernel_id)
+        JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+        JOIN gpu_peaks p ON p.spec_id = d.spec_id AND p.dtype = r.dtype
+        WHERE r.achieved_tflops * 1e12 > p.peak_flops * (1 + {EPSILON})
+        """) == []
+    fastest = trace.scalar("SELECT max(hbm_bytes_per_s) FROM gpu_specs")
+    assert violations(trace, f"""
+        SELECT kernel_id, name, bytes / dur_ns FROM kernels
+        WHERE cost_status = 'accepted' AND bytes / dur_ns * 1e9 > {fastest} * (1 + {EPSILON})""") == []
+
+
+@pytest.mark.parametrize("view", AGGREGATES)
+def test_no_aggregate_above_its_roof_or_a_percentage_without_costs(trace, view) -> None:
+    assert violations(trace, f"""
+        SELECT * FROM {view}
+        WHERE pct_of_roof > 100 * (1 + {EPSILON}) OR pct_of_roof < 0
+           OR (pct_of_roof IS NOT NULL AND bound IS NULL)
+           OR coverage_pct > 100 * (1 + {EPSILON})
+        """) == []
+    if view != "phase_summary":
+        assert violations(trace, f"""
+            SELECT * FROM {view}
+            WHERE (pct_of_roof IS NOT NULL OR achieved_tbps IS NOT NULL OR achieved_tflops IS NOT NULL)
+              AND NOT costed_time_ns > 0
+            """) == []
+    else:
+        assert violations(trace, """
+            SELECT * FROM phase_summary
+            WHERE (pct_of_roof IS NOT NULL AND bound_source NOT IN ('measured', 'model'))
+               OR (bound_source = 'measured' AND NOT costed_time_ns > 0)
+               OR (pct_of_roof IS NULL AND no_roof_reason IS NULL)
+            """) == []
+    rank_roofs = """
+        SELECT d.rank, max(s.hbm_bytes_per_s) AS hbm, max(p.peak_flops) AS peak
+        FROM devices d JOIN gpu_specs s USING (spec_id) JOIN gpu_peaks p ON p.spec_id = d.spec_id
+        GROUP BY d.rank"""
+    assert violations(trace, f"""
+        SELECT v.* FROM {view} v JOIN ({rank_roofs}) r USING (rank)
+        WHERE v.achieved_tbps * 1e12 > r.hbm * (1 + {EPSILON}) OR v.achieved_tflops * 1e12 > r.peak * (1 + {EPSILON})
+        """) == []
+
+
+def test_every_kernel_runs_on_a_listed_device_with_its_spec(trace) -> None:
+    orphans = violations(trace, """
+        SELECT DISTINCT k.rank, k.device_id FROM kernels k
+        WHERE k.rank IN (SELECT rank FROM devices)
+          AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.rank = k.rank AND d.device_id = k.device_id)
+        """)
+    assert orphans == []
+    lost = violations(trace, """
+        SELECT DISTINCT k.rank, k.device_id FROM kernels k JOIN devices d USING (rank, device_id)
+        WHERE d.spec_id IS NULL
+          AND k.rank IN (SELECT rank FROM devices WHERE spec_id IS NOT NULL)
+        """)
+    assert lost == []
+
+
+def test_phases_come_from_the_documented_set(trace) -> None:
+    steps = set(trace.sql("SELECT DISTINCT phase FROM steps")["phase"].to_list())
+    kernels = set(trace.sql("SELECT DISTINCT phase FROM kernels")["phase"].to_list())
+    assert steps <= STEP_PHASES
+    assert kernels <= KERNEL_PHASES
+    assert trace.scalar("SELECT count(*) FROM kernels WHERE phase IS NULL") == 0
+
+
+def test_no_training_step_is_judged_as_inference(trace) -> None:
+    """A step that launches backward or optimizer work is training, whatever its shapes or graphs say."""
+    backward = violations(trace, r"""
+        SELECT s.rank, s.step_id, s.phase FROM steps s
+        WHERE s.phase IN ('prefill', 'decode', 'mixed')
+          AND EXISTS (SELECT 1 FROM ranges r
+                      WHERE r.rank = s.rank AND r.start_ns >= s.cpu_start_ns AND r.start_ns < s.cpu_end_ns
+                        AND regexp_matches(r.name, '(?i)backward|optimizer\.step'))
+        """)
+    assert backward == []
+
+
+def test_the_grep_of_the_brief_finds_no_least_or_greatest_in_sql() -> None:
+    """DuckDB's least/greatest skip NULLs, so `least(100, NULL)` is 100: no SQL of ours may use them."""
+    pattern = re.compile(r"\b(least|greatest)\s*\(", re.IGNORECASE)
+    files = [*(REPO / "src").rglob("*.py"), *(REPO / "src").rglob("*.sql"), *(REPO / "rules").glob("*.toml")]
+    hits = [f"{path.relative_to(REPO)}:{number}" for path in files
+            for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == []
