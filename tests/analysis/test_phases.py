@@ -9,9 +9,10 @@ import pytest
 
 import traceview
 from conftest import SHARED_TRACES, VLLM_H100, requires_shared
-from traceview.testing import llm_serving_spec, serving_steps, write_kineto, write_nsys
+from traceview.testing import Kernel, Range, TraceSpec, llm_serving_spec, serving_steps, write_kineto, write_nsys
 
 TORCH = SHARED_TRACES / "torch"
+NSYS = SHARED_TRACES / "nsys"
 _analyzed: dict[Path, traceview.Trace] = {}
 
 
@@ -135,3 +136,208 @@ def test_backward_kernels_launched_from_the_autograd_thread_belong_to_the_profil
            JOIN steps s ON s.rank = k.rank AND s.step_id = k.step_id AND s.start_ns = r.start_ns
            WHERE a.tid = 1262""")
     assert inside == 2780
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals, merged here in Python to check the SQL."""
+    total, cursor = 0, None
+    for start, end in sorted(intervals):
+        if cursor is None or start > cursor:
+            total, cursor = total + end - start, end
+        elif end > cursor:
+            total, cursor = total + end - cursor, end
+    return total
+
+
+TRAINING_TRACES = [
+    # trace, steps with GPU work expected train
+    (TORCH / "hta__sampled_rank-0.json.gz", 2), (TORCH / "hta__sampled_rank-1.json.gz", 2),
+    (TORCH / "hta__trace_diff_control_a100.json.gz", 6), (TORCH / "hta__trace_diff_test_v100.json.gz", 6),
+    (TORCH / "hta__negative_queue_a100_ws16_rank0.json.gz", 5), (TORCH / "hta__ns_resolution_v100.pt.trace.json.gz", 5),
+    (TORCH / "param__dlrm_v100_8rank", 8), (NSYS / "bolongcheng__assignment2-systems__profile_small_bwd_A100.sqlite", 1),
+    (NSYS / "bolongcheng__assignment2-systems__profile_small_opt_A100.sqlite", 1),
+]
+
+
+@requires_shared
+@pytest.mark.parametrize(("path", "train_steps"), TRAINING_TRACES, ids=[p.name for p, _ in TRAINING_TRACES])
+def test_training_steps_are_train_not_prefill_or_decode(path: Path, train_steps: int) -> None:
+    """Backward and optimizer work make a step `train` (these were prefill from shapes or decode from graphs)."""
+    trace = analyzed(path)
+    phases = trace.sql("SELECT phase, count(*) FROM steps WHERE kernels > 0 GROUP BY ALL").rows()
+    assert phases == [("train", train_steps)]
+    labels = trace.sql("SELECT DISTINCT phase FROM kernels WHERE step_id IS NOT NULL").rows()
+    assert labels == [("train",)]
+    assert trace.scalar("SELECT count(*) FROM phase_summary WHERE phase IN ('prefill', 'decode', 'mixed')") == 0
+
+
+@requires_shared
+def test_resnet50_2021_training_bursts() -> None:
+    """The 2021 trace has no ProfilerStep: 7 GPU bursts, 6 whole iterations and one 20-kernel burst
+    cut off the front of an iteration by an idle gap, which carries no training evidence of its own."""
+    trace = analyzed(TORCH / "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz")
+    rows = trace.sql("SELECT phase, phase_source, kernels FROM steps ORDER BY step_id").rows()
+    assert [r[0] for r in rows] == ["train"] * 4 + ["unknown"] + ["train"] * 2
+    assert rows[4] == ("unknown", "no_evidence", 20)
+
+
+@requires_shared
+def test_backward_time_is_the_autograd_threads_work() -> None:
+    """ns_resolution: every launch of the autograd thread (tid 1262) runs inside an
+    `autograd::engine::evaluate_function` range, so each step's backward time is the busy time of that
+    thread's GPU work; optimizer time is the work launched inside `Optimizer.*#SGD.*` on the main thread."""
+    trace = analyzed(TORCH / "hta__ns_resolution_v100.pt.trace.json.gz")
+    steps = trace.sql("SELECT step_id, phase_source, gpu_time_ns, train_forward_ns, train_backward_ns, "
+                      "train_optimizer_ns FROM steps ORDER BY step_id").rows()
+    work = trace.con.execute(
+        """WITH launched AS (
+               SELECT k.step_id, a.rank, a.tid, a.start_ns AS call_ns, k.start_ns, k.end_ns
+               FROM kernels k JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
+               UNION ALL
+               SELECT m.step_id, a.rank, a.tid, a.start_ns, m.start_ns, m.end_ns
+               FROM memops m JOIN api_calls a ON a.rank = m.rank AND a.pid = m.pid AND a.correlation_id = m.correlation_id)
+           SELECT step_id, tid, start_ns, end_ns,
+                  EXISTS (SELECT 1 FROM ranges r WHERE r.rank = l.rank AND r.tid = l.tid AND r.name LIKE 'Optimizer.%'
+                          AND r.start_ns <= l.call_ns AND r.end_ns >= l.call_ns) AS in_optimizer
+           FROM launched l""").fetchall()
+    assert len(work) == 4350 + 1745
+    for step_id, source, gpu_ns, forward_ns, backward_ns, optimizer_ns in steps:
+        mine = [w for w in work if w[0] == step_id]
+        assert source == "training:backward+optimizer"
+        assert backward_ns == _union_ns([(s, e) for _, tid, s, e, _ in mine if tid == 1262])
+        assert optimizer_ns == _union_ns([(s, e) for _, tid, s, e, opt in mine if tid == 1102 and opt])
+        assert forward_ns == _union_ns([(s, e) for _, tid, s, e, opt in mine if tid == 1102 and not opt])
+        assert 0 < optimizer_ns < forward_ns < backward_ns < gpu_ns <= forward_ns + backward_ns + optimizer_ns
+
+
+@requires_shared
+def test_nsys_emit_nvtx_training_and_forward_only_runs() -> None:
+    """bolongcheng: emit_nvtx ranges. The backward run has no optimizer (its split says NULL, not 0);
+    the AdamW run's optimizer work is the 1,776 launches inside `Optimizer.*#AdamW.*`; forward-only is not train."""
+    bwd = analyzed(NSYS / "bolongcheng__assignment2-systems__profile_small_bwd_A100.sqlite")
+    assert bwd.sql("SELECT phase_source, train_optimizer_ns FROM steps").rows() == [("training:backward", None)]
+    opt = analyzed(NSYS / "bolongcheng__assignment2-systems__profile_small_opt_A100.sqlite")
+    inside = opt.scalar(
+        """SELECT count(*) FROM kernels k JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
+           WHERE EXISTS (SELECT 1 FROM ranges r WHERE r.tid = a.tid AND regexp_matches(r.name, '^Optimizer[.].*#AdamW[.]')
+                         AND r.start_ns <= a.start_ns AND r.end_ns >= a.start_ns)""")
+    assert inside == 1776
+    row = opt.sql("SELECT phase_source, gpu_time_ns, train_forward_ns, train_backward_ns, train_optimizer_ns FROM steps").rows()
+    assert row == [("training:backward+optimizer", 148_432_641, 44_312_412, 92_291_501, 11_828_728)]
+    fwd = analyzed(NSYS / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite")
+    assert fwd.sql("SELECT phase, train_forward_ns FROM steps").rows() == [("unknown", None)]
+
+
+def _training_spec(with_training: bool, op_kind: str) -> tuple[TraceSpec, dict[str, int]]:
+    """Two iterations: forward GEMMs on the main thread, backward from the autograd thread inside
+    evaluate_function ranges, an AdamW multi_tensor_apply inside Optimizer.step; 3 ms idle between.
+    `op_kind`: 'cpu_op' (Kineto) or 'nvtx' (nsys emit_nvtx) for the op ranges."""
+    kernels, ranges, truth = [], [], {"forward": 0, "backward": 0, "optimizer": 0}
+    gpu_ns = 1_000_000
+    parts = [("forward", 1000, "aten::linear", op_kind, "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn")] * 3
+    if with_training:
+        parts += [("backward", 1001, "autograd::engine::evaluate_function: AddmmBackward0", op_kind,
+                   "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_nn")] * 4
+        parts += [("optimizer", 1000, "Optimizer.step#AdamW.step", "user_annotation",
+                   "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float>, float>(int, int volatile*)")]
+    for _ in range(2):
+        for part, tid, op, kind, name in parts:
+            dur = {"forward": 200_000, "backward": 300_000, "optimizer": 50_000}[part]
+            launch = gpu_ns - 20_000
+            ranges.append(Range(op, launch - 2_000, launch + 8_000, tid=tid, kind=kind))
+            kernels.append(Kernel(name, gpu_ns, dur, tid=tid, launch_start_ns=launch, launch_dur_ns=5_000))
+            truth[part] += dur
+            gpu_ns += dur + 30_000
+        gpu_ns += 3_000_000
+    return TraceSpec(gpus=llm_serving_spec().gpus, kernels=tuple(kernels), ranges=tuple(ranges)), truth
+
+
+@pytest.mark.parametrize(("writer", "op_kind"), [(write_nsys, "nvtx"), (write_kineto, "cpu_op")], ids=["nsys", "kineto"])
+def test_generated_training_iterations_are_train_with_their_split(tmp_path: Path, writer, op_kind: str) -> None:
+    spec, truth = _training_spec(with_training=True, op_kind=op_kind)
+    trace = traceview.load(writer(spec, tmp_path / ("t.sqlite" if writer is write_nsys else "t.json.gz"))).analyze()
+    rows = trace.sql("SELECT phase, phase_source, train_forward_ns, train_backward_ns, train_optimizer_ns "
+                     "FROM steps ORDER BY step_id").rows()
+    per_step = {part: ns // 2 for part, ns in truth.items()}
+    assert rows == [("train", "training:backward+optimizer", per_step["forward"], per_step["backward"],
+                     per_step["optimizer"])] * 2
+    assert trace.sql("SELECT DISTINCT phase FROM kernels").rows() == [("train",)]
+    forward_only, _ = _training_spec(with_training=False, op_kind=op_kind)
+    trace = traceview.load(writer(forward_only, tmp_path / ("f.sqlite" if writer is write_nsys else "f.json.gz"))).analyze()
+    assert trace.sql("SELECT DISTINCT phase, train_forward_ns FROM steps").rows() == [("unknown", None)]
+
+
+LARGE_GEMM = "nvjet_sm90_tst_128x256_64x4_2x1_v_bz_coopA_TNN"
+SMALL_GEMM = "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT"
+UNTILED_GEMM = "void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>>>(Params)"
+PREFIX_PREFILL = "_fwd_kernel"
+PAGED_DECODE = "kernel_paged_attention_2d"
+
+
+def _eager_steps(steps: list[list[tuple[str, int]]]) -> TraceSpec:
+    """Eager steps (no annotation, graph or shapes) of (kernel, ns), 2 ms idle between steps."""
+    kernels, gpu_ns = [], 1_000_000
+    for step in steps:
+        for name, dur in step:
+            kernels.append(Kernel(name, gpu_ns, dur))
+            gpu_ns += dur + 5_000
+        gpu_ns += 2_000_000
+    return TraceSpec(gpus=llm_serving_spec().gpus, kernels=tuple(kernels))
+
+
+DECODE_STEP = [(SMALL_GEMM, 20_000)] * 4 + [(PAGED_DECODE, 40_000)]
+# vLLM ROCm chunked_prefill_paged_decode: the paged decode kernel runs and exits at once with no decodes
+PREFILL_STEP = [(LARGE_GEMM, 300_000)] * 4 + [(PREFIX_PREFILL, 200_000), (PAGED_DECODE, 2_000)]
+MIXED_STEP = [(LARGE_GEMM, 300_000)] * 4 + [(PREFIX_PREFILL, 200_000), (PAGED_DECODE, 40_000)]
+
+
+@pytest.mark.parametrize("writer", [write_nsys, write_kineto], ids=["nsys", "kineto"])
+def test_both_attention_kernels_need_token_evidence_for_mixed(tmp_path: Path, writer) -> None:
+    """A prefill step that also launches the paged decode kernel is prefill; a step whose decode kernel
+    does a decode step's work next to many-token GEMMs is mixed."""
+    spec = _eager_steps([DECODE_STEP] * 3 + [PREFILL_STEP] + [DECODE_STEP] * 2 + [MIXED_STEP] + [DECODE_STEP])
+    trace = traceview.load(writer(spec, tmp_path / ("s.sqlite" if writer is write_nsys else "s.json.gz"))).analyze()
+    rows = trace.sql("SELECT phase, phase_source, confidence FROM steps ORDER BY step_id").rows()
+    assert [r[0] for r in rows] == ["decode"] * 3 + ["prefill"] + ["decode"] * 2 + ["mixed", "decode"]
+    assert rows[3] == ("prefill", "attention_kernels+gemm_tiles", 0.6)
+    assert rows[6] == ("mixed", "attention_kernels+decode_work", 0.6)
+    assert rows[0] == ("decode", "attention_kernels", 0.8)
+
+
+def test_both_attention_kernels_without_other_evidence_are_prefill_at_low_confidence(tmp_path: Path) -> None:
+    """No decode steps to compare with: tiles decide; with untiled GEMM names only the prefill-only kernel speaks."""
+    tiled = _eager_steps([PREFILL_STEP, MIXED_STEP])
+    trace = traceview.load(write_kineto(tiled, tmp_path / "tiled.json.gz")).analyze()
+    assert trace.sql("SELECT phase, phase_source FROM steps").rows() == [("prefill", "attention_kernels+gemm_tiles")] * 2
+    untiled = _eager_steps([[(UNTILED_GEMM, 300_000), (PREFIX_PREFILL, 200_000), (PAGED_DECODE, 2_000)]])
+    trace = traceview.load(write_kineto(untiled, tmp_path / "untiled.json.gz")).analyze()
+    assert trace.sql("SELECT phase, phase_source, confidence FROM steps").rows() == [("prefill", "attention_kernels", 0.4)]
+    small = _eager_steps([[(SMALL_GEMM, 20_000), (PREFIX_PREFILL, 30_000), (PAGED_DECODE, 40_000)]])
+    trace = traceview.load(write_kineto(small, tmp_path / "small.json.gz")).analyze()
+    assert trace.sql("SELECT phase, phase_source FROM steps").rows() == [("decode", "attention_kernels+gemm_tiles")]
+
+
+def test_training_patterns_load_and_tiles_classify() -> None:
+    """steps.toml's [training] and [gemm_tiles] tables load; tile sides as PHASES.md §6 reads them."""
+    import duckdb
+
+    from traceview.analysis.phases import _gemm_tile_sql, load_training_patterns
+
+    patterns = load_training_patterns()
+    sql, params = _gemm_tile_sql(patterns)
+    names = {
+        "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT": "small",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x16x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas": "small",
+        "cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8": "small",
+        "void gemv2T_kernel_val<int, int, __nv_bfloat16, __nv_bfloat16, float, 128, 16, 4, 4, false>(float)": "small",
+        "Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x256x64_MI16x16x1_SN_LDSB1": "large",
+        "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn": "large",
+        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64_warpgroupsize1x1x1_kernel": None,
+        UNTILED_GEMM: None,
+    }
+    con = duckdb.connect()
+    for name, expected in names.items():
+        got = con.execute(f"SELECT {sql} FROM (SELECT $name AS name, 'gemm' AS category) k", {**params, "name": name}).fetchone()
+        assert got == (expected,), name
+    assert con.execute("SELECT regexp_matches('Optimizer.zero_grad#AdamW.zero_grad', $p)", {"p": patterns.optimizer}).fetchone() == (True,)
+    assert con.execute("SELECT regexp_matches('aten::linear', $p)", {"p": patterns.backward}).fetchone() == (False,)

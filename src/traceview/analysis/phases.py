@@ -1,10 +1,12 @@
-"""Steps (engine iterations / forward passes) and their phase: prefill, decode, mixed, empty, unknown.
+"""Steps (engine iterations, forward passes, training iterations) and their phase: train, prefill,
+decode, mixed, empty, unknown.
 
 A step is a host-side window: an engine's step annotation, an `execute_model` Python frame, a
 ProfilerStep, a range matching the user's regex, or, with none of these, a burst of GPU work between
 idle gaps. The GPU work of a step is what its launches caused (joined on correlation id), not
-whatever happens to run on the GPU during the window. Each step's phase comes from the strongest
-evidence available, recorded in `phase_source` with a confidence.
+whatever happens to run on the GPU during the window. The workload kind comes first: a step that
+launches backward or optimizer work is `train`; only inference steps get prefill/decode/mixed. Each
+step's phase comes from the strongest evidence available, recorded in `phase_source` with a confidence.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 
 import duckdb
 import pyarrow as pa
 
-from traceview.analysis.intervals import busy_time_sql
+from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
 from traceview.model import db
 
 COUNT_GROUPS = ("prefill_requests", "prefill_tokens", "prefill_context_tokens", "decode_requests", "decode_tokens",
@@ -42,10 +45,43 @@ class StepGrammar:
     modes: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class TrainingPatterns:
+    """Range-name patterns (RE2) of backward and optimizer work, and how GEMM names state their tile."""
+
+    backward: str
+    optimizer: str
+    tile_patterns: tuple[str, ...]
+    skinny: str
+    small_max: int
+    skinny_max: int
+    large_min: int
+
+
+@lru_cache(maxsize=1)
+def _steps_config() -> dict:
+    return tomllib.loads(resources.files("traceview.analysis").joinpath("steps.toml").read_text())
+
+
+def _any_of(patterns: list[str]) -> str:
+    return "|".join(f"(?:{p})" for p in patterns)
+
+
+def load_training_patterns() -> TrainingPatterns:
+    config = _steps_config()
+    training, tiles = config["training"], config["gemm_tiles"]
+    for where, table, keys in (("training", training, ("backward", "optimizer")),
+                               ("gemm_tiles", tiles, ("patterns", "skinny", "small_max", "skinny_max", "large_min"))):
+        missing = [key for key in keys if key not in table]
+        if missing:
+            raise ValueError(f"steps.toml: [{where}] missing {', '.join(missing)}")
+    return TrainingPatterns(_any_of(training["backward"]), _any_of(training["optimizer"]), tuple(tiles["patterns"]),
+                            tiles["skinny"], int(tiles["small_max"]), int(tiles["skinny_max"]), int(tiles["large_min"]))
+
+
 def load_grammars() -> list[StepGrammar]:
-    text = resources.files("traceview.analysis").joinpath("steps.toml").read_text()
     grammars = []
-    for index, entry in enumerate(tomllib.loads(text)["grammar"]):
+    for index, entry in enumerate(_steps_config()["grammar"]):
         where = f"steps.toml: grammar[{index}]"
         missing = [key for key in ("name", "engine", "pattern", "groups", "confidence", "source") if key not in entry]
         if missing:
@@ -260,6 +296,86 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
 
 
 
+def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns) -> None:
+    """`_step_work`: every kernel and memop of a step with its training role: backward, optimizer or other.
+
+    A launch is backward or optimizer work when its call runs inside such a range on the same thread
+    (the autograd engine records each node it runs; torch.optim records step and zero_grad), or, for
+    the optimizer, when it is an optimizer kernel. A thread most of whose launches are backward work is
+    the autograd engine's device thread, so its remaining launches (a 2021-era trace's adds with no
+    enclosing node range) are backward too. Optimizer wins over backward (optimizer-in-backward hooks).
+    """
+    islands = {role: busy_islands_sql(f"SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE {role}", ("rank", "pid", "tid"))
+               for role in ("backward", "optimizer")}
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _step_work AS
+        WITH marks AS (
+            SELECT rank, pid, tid, start_ns, end_ns,
+                   regexp_matches(name, $backward) AS backward, regexp_matches(name, $optimizer) AS optimizer
+            FROM ranges
+            WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx', 'python_function')
+              AND (regexp_matches(name, $backward) OR regexp_matches(name, $optimizer))
+        ),
+        memop_calls AS (
+            SELECT rank, pid, correlation_id, any_value(tid) AS tid, min(start_ns) AS call_ns
+            FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL
+        ),
+        work AS (
+            SELECT k.rank, k.step_id, 'kernel' AS work, k.kernel_id AS work_id, k.start_ns, k.end_ns,
+                   k.category = 'optimizer' AS optimizer_kernel, a.pid, a.tid, a.start_ns AS call_ns
+            FROM kernels k LEFT JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
+            WHERE k.step_id IS NOT NULL
+            UNION ALL
+            SELECT m.rank, m.step_id, 'memop', m.memop_id, m.start_ns, m.end_ns, FALSE, c.pid, c.tid, c.call_ns
+            FROM memops m LEFT JOIN memop_calls c
+              ON c.rank = m.rank AND c.pid = m.pid AND c.correlation_id = m.correlation_id
+            WHERE m.step_id IS NOT NULL
+        ),
+        -- a call is inside some backward (optimizer) range iff it is inside the union of those ranges on
+        -- its thread: the union's islands are disjoint, so an ASOF join finds the only candidate
+        backward_islands AS ({backward_islands}),
+        optimizer_islands AS ({optimizer_islands}),
+        enclosed AS (
+            SELECT w.*, coalesce(b.hi >= w.call_ns, FALSE) AS in_backward, coalesce(o.hi >= w.call_ns, FALSE) AS in_optimizer
+            FROM work w
+            ASOF LEFT JOIN backward_islands b ON b.rank = w.rank AND b.pid = w.pid AND b.tid = w.tid AND b.lo <= w.call_ns
+            ASOF LEFT JOIN optimizer_islands o ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.lo <= w.call_ns
+        ),
+        autograd_threads AS (
+            SELECT rank, pid, tid FROM enclosed WHERE tid IS NOT NULL
+            GROUP BY ALL HAVING 2 * count(*) FILTER (WHERE in_backward) > count(*)
+        )
+        SELECT e.rank, e.step_id, e.work, e.start_ns, e.end_ns,
+               CASE WHEN e.in_optimizer OR e.optimizer_kernel THEN 'optimizer'
+                    WHEN e.in_backward OR t.tid IS NOT NULL THEN 'backward'
+                    ELSE 'other' END AS train_role
+        FROM enclosed e LEFT JOIN autograd_threads t
+          ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid
+        """.replace("{backward_islands}", islands["backward"]).replace("{optimizer_islands}", islands["optimizer"]),
+        {"backward": patterns.backward, "optimizer": patterns.optimizer},
+    )
+
+
+def _gemm_tile_sql(patterns: TrainingPatterns) -> tuple[str, dict[str, str]]:
+    """SQL over kernels `k`: 'small', 'large' or NULL, the token-side tile of a GEMM kernel's name."""
+    params = {"skinny": patterns.skinny}
+    side_a, side_b = [], []
+    for index, pattern in enumerate(patterns.tile_patterns):
+        params[f"tile{index}"] = pattern
+        side_a.append(f"WHEN regexp_matches(k.name, $tile{index}) THEN TRY_CAST(regexp_extract(k.name, $tile{index}, 1) AS INTEGER)")
+        side_b.append(f"WHEN regexp_matches(k.name, $tile{index}) THEN TRY_CAST(regexp_extract(k.name, $tile{index}, 2) AS INTEGER)")
+    a, b = f"CASE {' '.join(side_a)} END", f"CASE {' '.join(side_b)} END"
+    # the smaller and larger side; NULL when the name states no tile
+    low = f"CASE WHEN {a} IS NULL OR {b} IS NULL THEN NULL WHEN {a} < {b} THEN {a} ELSE {b} END"
+    high = f"CASE WHEN {a} IS NULL OR {b} IS NULL THEN NULL WHEN {a} < {b} THEN {b} ELSE {a} END"
+    sql = f"""CASE WHEN k.category <> 'gemm' THEN NULL
+                   WHEN regexp_matches(k.name, $skinny) THEN 'small'
+                   WHEN {high} <= {patterns.small_max} OR {low} <= {patterns.skinny_max} THEN 'small'
+                   WHEN {low} >= {patterns.large_min} THEN 'large' END"""
+    return sql, params
+
+
 def _user_mapping_sql(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str, str], ...]) -> str:
     """Per step, the phases the user's kernel-name patterns point to (`--phase-kernel decode=REGEX`)."""
     con.register("_phase_map", pa.table({"phase": [p for p, _ in phase_kernels], "pattern": [r for _, r in phase_kernels]},
@@ -272,9 +388,18 @@ def _user_mapping_sql(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple
     """
 
 
-def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
-    """The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens."""
+def _build_steps(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns,
+                 phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
+    """The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens.
+
+    Steps that run both a decode-only and a prefill-only attention kernel are not called mixed from
+    the kernel names: unified backends (vLLM's ROCm chunked_prefill_paged_decode) launch their paged
+    decode kernel in every step. Mixed needs many-token GEMMs (tiles, or GEMM time well above the
+    trace's decode steps) and decode attention doing decode-step work; else the phase the evidence
+    supports, at a lower confidence.
+    """
     hint = "attention_phase_hint" if db.has_column(con, "kernels", "attention_phase_hint") else "NULL::VARCHAR"
+    tile, tile_params = _gemm_tile_sql(patterns)
     shapes = (
         """SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
            FROM _numbered_windows w JOIN op_costs o
@@ -284,11 +409,9 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
         if db.has_column(con, "op_costs", "seq_len")
         else "SELECT NULL::INTEGER AS rank, NULL::BIGINT AS step_id, NULL::BIGINT AS min_seq_len, NULL::BIGINT AS max_seq_len"
     )
-    busy = busy_time_sql(
-        "SELECT rank, step_id, start_ns, end_ns FROM kernels WHERE step_id IS NOT NULL "
-        "UNION ALL SELECT rank, step_id, start_ns, end_ns FROM memops WHERE step_id IS NOT NULL",
-        ("rank", "step_id"),
-    )
+    busy = busy_time_sql("SELECT rank, step_id, start_ns, end_ns FROM _step_work", ("rank", "step_id"))
+    role_busy = busy_time_sql("SELECT rank, step_id, train_role, start_ns, end_ns FROM _step_work",
+                              ("rank", "step_id", "train_role"))
     con.execute(
         f"""
         CREATE OR REPLACE TABLE steps AS
@@ -296,27 +419,54 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
             SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
                    count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
                    count(*) FILTER (WHERE {hint} = 'decode') AS decode_attention,
-                   count(*) FILTER (WHERE {hint} = 'prefill') AS prefill_attention
+                   count(*) FILTER (WHERE {hint} = 'prefill') AS prefill_attention,
+                   sum(k.dur_ns) FILTER (WHERE {hint} = 'decode') AS decode_attention_ns,
+                   sum(k.dur_ns) FILTER (WHERE k.category = 'gemm') AS gemm_ns,
+                   sum(k.dur_ns) FILTER (WHERE ({tile}) = 'small') AS gemm_small_tile_ns,
+                   sum(k.dur_ns) FILTER (WHERE ({tile}) = 'large') AS gemm_large_tile_ns
             FROM kernels k WHERE step_id IS NOT NULL GROUP BY ALL
         ),
         memwork AS (
             SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
             FROM memops WHERE step_id IS NOT NULL GROUP BY ALL
         ),
+        roles AS (
+            SELECT rank, step_id,
+                   count(*) FILTER (WHERE train_role = 'backward') AS backward_work,
+                   count(*) FILTER (WHERE train_role = 'optimizer') AS optimizer_work,
+                   count(*) FILTER (WHERE train_role = 'other') AS other_work
+            FROM _step_work GROUP BY ALL
+        ),
+        role_busy AS (
+            SELECT rank, step_id,
+                   max(busy_ns) FILTER (WHERE train_role = 'backward') AS backward_ns,
+                   max(busy_ns) FILTER (WHERE train_role = 'optimizer') AS optimizer_ns,
+                   max(busy_ns) FILTER (WHERE train_role = 'other') AS other_ns
+            FROM ({role_busy}) GROUP BY ALL
+        ),
         busy AS ({busy}),
         shapes AS ({shapes}),
         mapped AS ({_user_mapping_sql(con, phase_kernels)}),
         joined AS (
             SELECT w.*, coalesce(k.kernels, 0) AS kernels, coalesce(m.memops, 0) AS memops,
-                   least(k.gpu_start_ns, m.lo) AS gpu_start_ns, greatest(k.gpu_end_ns, m.hi) AS gpu_end_ns,
+                   -- the earlier start and the later end of kernels and memops; a kind with no work (NULL) drops out
+                   CASE WHEN m.lo IS NULL THEN k.gpu_start_ns WHEN k.gpu_start_ns IS NULL THEN m.lo
+                        WHEN m.lo < k.gpu_start_ns THEN m.lo ELSE k.gpu_start_ns END AS gpu_start_ns,
+                   CASE WHEN m.hi IS NULL THEN k.gpu_end_ns WHEN k.gpu_end_ns IS NULL THEN m.hi
+                        WHEN m.hi > k.gpu_end_ns THEN m.hi ELSE k.gpu_end_ns END AS gpu_end_ns,
                    coalesce(k.graph_kernels, 0) AS graph_kernels,
                    coalesce(k.decode_attention, 0) AS decode_attention,
-                   coalesce(k.prefill_attention, 0) AS prefill_attention, sh.min_seq_len, sh.max_seq_len,
-                   mp.user_phase,
+                   coalesce(k.prefill_attention, 0) AS prefill_attention,
+                   k.decode_attention_ns, k.gemm_ns, k.gemm_small_tile_ns, k.gemm_large_tile_ns,
+                   coalesce(r.backward_work, 0) AS backward_work, coalesce(r.optimizer_work, 0) AS optimizer_work,
+                   coalesce(r.other_work, 0) AS other_work, rb.backward_ns, rb.optimizer_ns, rb.other_ns,
+                   sh.min_seq_len, sh.max_seq_len, mp.user_phase,
                    coalesce(b.busy_ns, 0) AS gpu_time_ns
             FROM _numbered_windows w
             LEFT JOIN work k USING (rank, step_id)
             LEFT JOIN memwork m USING (rank, step_id)
+            LEFT JOIN roles r USING (rank, step_id)
+            LEFT JOIN role_busy rb USING (rank, step_id)
             LEFT JOIN busy b USING (rank, step_id)
             LEFT JOIN shapes sh USING (rank, step_id)
             LEFT JOIN mapped mp USING (rank, step_id)
@@ -330,12 +480,17 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
         decided AS (
             SELECT j.*,
                 CASE
+                    WHEN j.backward_work > 0 AND j.optimizer_work > 0
+                        THEN struct_pack(p := 'train', s := 'training:backward+optimizer', c := 0.95)
+                    WHEN j.backward_work > 0 THEN struct_pack(p := 'train', s := 'training:backward', c := 0.95)
+                    WHEN j.optimizer_work > 0 THEN struct_pack(p := 'train', s := 'training:optimizer', c := 0.85)
                     WHEN j.phase IS NOT NULL THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
                     WHEN j.kernels = 0 AND j.memops = 0 THEN struct_pack(p := 'empty', s := 'no_gpu_work', c := 1.0)
                     WHEN j.user_phase IS NOT NULL THEN struct_pack(p := j.user_phase, s := 'user_mapping', c := 0.9)
                     WHEN j.min_seq_len > 1 THEN struct_pack(p := 'prefill', s := 'input_shapes', c := 0.8)
                     WHEN j.max_seq_len = 1 THEN struct_pack(p := 'decode', s := 'input_shapes', c := 0.8)
-                    WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := 'mixed', s := 'attention_kernels', c := 0.6)
+                    -- resolved below from GEMM tiles and the trace's decode steps
+                    WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := NULL, s := 'attention_kernels', c := NULL)
                     WHEN j.decode_attention > 0 THEN struct_pack(p := 'decode', s := 'attention_kernels', c := 0.8)
                     WHEN j.prefill_attention > 0 THEN struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.8)
                     WHEN j.graph_kernels > 0 AND r.eager_steps > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.7)
@@ -344,16 +499,55 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
                     ELSE struct_pack(p := 'unknown', s := 'no_evidence', c := 0.0)
                 END AS verdict
             FROM joined j LEFT JOIN rank_shape r USING (rank)
+        ),
+        decode_reference AS (
+            -- the rank's steady-state decode steps: their GEMM time and decode-attention time per launch
+            SELECT rank, median(gemm_ns) AS decode_gemm_ns,
+                   median(decode_attention_ns / decode_attention) FILTER (WHERE decode_attention > 0)
+                       AS decode_attention_launch_ns
+            FROM decided WHERE verdict.p = 'decode' GROUP BY rank
+        ),
+        evidence AS (
+            SELECT d.*,
+                   d.gemm_large_tile_ns > 0 AND (d.gemm_small_tile_ns IS NULL OR d.gemm_large_tile_ns > d.gemm_small_tile_ns)
+                       AS large_tiles,
+                   d.gemm_small_tile_ns > 0 AND (d.gemm_large_tile_ns IS NULL OR d.gemm_small_tile_ns > d.gemm_large_tile_ns)
+                       AS small_tiles,
+                   d.gemm_ns > 2 * ref.decode_gemm_ns AS gemm_above_decode,
+                   d.decode_attention_ns >= 0.5 * d.decode_attention * ref.decode_attention_launch_ns AS decode_work
+            FROM decided d LEFT JOIN decode_reference ref USING (rank)
+        ),
+        resolved AS (
+            SELECT *,
+                CASE
+                    WHEN verdict.p IS NOT NULL THEN verdict
+                    WHEN (large_tiles OR gemm_above_decode) AND decode_work
+                        THEN struct_pack(p := 'mixed', s := 'attention_kernels+decode_work', c := 0.6)
+                    WHEN large_tiles THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_tiles', c := 0.6)
+                    WHEN gemm_above_decode THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_time', c := 0.6)
+                    WHEN small_tiles THEN struct_pack(p := 'decode', s := 'attention_kernels+gemm_tiles', c := 0.5)
+                    -- a prefill-only kernel ran; the decode kernel alone proves no decode tokens
+                    ELSE struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.4)
+                END AS final
+            FROM evidence
         )
-        SELECT rank, step_id, verdict.p AS phase, verdict.s AS phase_source, verdict.c AS confidence,
-               least(start_ns, gpu_start_ns) AS start_ns, greatest(end_ns, gpu_end_ns) AS end_ns,
+        SELECT rank, step_id, final.p AS phase, final.s AS phase_source, final.c AS confidence,
+               -- the window widened to its GPU work; a step with no GPU work keeps its window
+               CASE WHEN gpu_start_ns IS NULL OR start_ns < gpu_start_ns THEN start_ns ELSE gpu_start_ns END AS start_ns,
+               CASE WHEN gpu_end_ns IS NULL OR end_ns > gpu_end_ns THEN end_ns ELSE gpu_end_ns END AS end_ns,
                gpu_time_ns, kernels, prefill_tokens, decode_tokens, prefill_requests, decode_requests,
                prefill_context_tokens, decode_context_tokens,
                name, source AS step_source, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns,
-               gpu_start_ns, gpu_end_ns, graph_kernels, memops
-        FROM decided
+               gpu_start_ns, gpu_end_ns, graph_kernels, memops,
+               -- GPU busy time by training role; forward is the rest of a step whose backward is known
+               CASE WHEN final.p = 'train' AND backward_work > 0
+                    THEN CASE WHEN other_work > 0 THEN other_ns ELSE 0 END END AS train_forward_ns,
+               CASE WHEN final.p = 'train' AND backward_work > 0 THEN backward_ns END AS train_backward_ns,
+               CASE WHEN final.p = 'train' AND optimizer_work > 0 THEN optimizer_ns END AS train_optimizer_ns
+        FROM resolved
         ORDER BY rank, step_id
-        """
+        """,
+        tile_params,
     )
 
 
@@ -385,8 +579,10 @@ def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = No
     _keep_outermost(con)
     _add_gap_windows(con, gap_ns)
     _assign_work(con)
-    _build_steps(con, phase_kernels)
+    patterns = load_training_patterns()
+    _mark_training_work(con, patterns)
+    _build_steps(con, patterns, phase_kernels)
     _label_kernels(con)
-    for table in ("_step_windows", "_numbered_windows", "_step_calls"):
+    for table in ("_step_windows", "_numbered_windows", "_step_calls", "_step_work"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     con.unregister("_phase_map")

@@ -21,7 +21,7 @@ except ImportError:  # Python 3.10
 from traceview.errors import TraceviewError
 
 SEVERITIES = ("info", "warning", "error")
-PHASES = ("prefill", "decode", "mixed", "any")
+PHASES = ("prefill", "decode", "mixed", "train", "any")
 ID_PATTERN = re.compile(r"^[A-Z]{2,}[0-9]{3,}$")
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 REQUIRE_PATTERN = re.compile(r"^[a-z_]+(?:\.[a-z_]+)?$")
