@@ -19,6 +19,7 @@ from traceview.errors import TraceviewError
 from traceview.files import write_atomically
 from traceview.rules.docs import explain_text
 from traceview.model import db
+from traceview.report.data import phase_rows
 
 TRACE_HELP = "An nsys .sqlite export, a PyTorch profiler .json/.json.gz, a directory of per-rank traces, or a .duckdb from `traceview ingest`."
 READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
@@ -146,8 +147,10 @@ def info(trace: Path, fmt: str, **kwargs) -> None:
     click.echo(f"kernels    {summary['kernels']['graph']:,} graph-launched, {summary['kernels']['eager']:,} eager")
     for phase in summary["phases"]:
         bound = f", {phase['bound']}-bound ({phase['bound_source'].replace('_', ' ')})" if phase["bound"] else ""
-        roof = f", {phase['pct_of_roof']:.0f}% of roof" if phase["pct_of_roof"] is not None else ""
-        click.echo(f"phase      {phase['phase']}: {phase['steps']} steps, GPU busy {phase['gpu_busy_ns'] / 1e6:.3f} ms"
+        roof = (f", {phase['pct_of_roof']:.0f}% of roof" if phase["pct_of_roof"] is not None
+                else f", % of roof n/a ({phase['roofline_gap']})")
+        kernel_busy = f"{phase['kernel_busy_ns'] / 1e6:.3f} ms" if phase["kernel_busy_ns"] is not None else "n/a"
+        click.echo(f"phase      {phase['phase']}: {phase['steps']} steps, kernels busy {kernel_busy}"
                    f" of {phase['wall_ns'] / 1e6:.3f} ms{bound}{roof}")
     for diag in summary["diagnostics"]:
         click.echo(f"{diag['severity']:<10} [{diag['code']}] {diag['message']}")
@@ -165,11 +168,7 @@ def trace_summary(trace: api.Trace) -> dict:
         "SELECT rank, source, severity, code, message FROM diagnostics "
         "ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rank, timestamp_ns NULLS FIRST"
     ).to_dicts()
-    phases = trace.sql(
-        "SELECT phase, sum(steps)::BIGINT AS steps, sum(wall_ns)::BIGINT AS wall_ns, sum(gpu_busy_ns)::BIGINT AS gpu_busy_ns, "
-        "any_value(bound) AS bound, any_value(bound_source) AS bound_source, avg(pct_of_roof) AS pct_of_roof "
-        "FROM phase_summary GROUP BY phase ORDER BY phase"
-    ).to_dicts()
+    phases = [{"wall_ns": p["time_ns"], **p} for p in phase_rows(trace.con)]
     return {
         "traces": traces,
         "devices": devices,

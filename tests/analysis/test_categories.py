@@ -129,6 +129,40 @@ def test_trap_names(name, category, dtype, hint) -> None:
     assert classify_names([name])[name] == (category, dtype, hint)
 
 
+# MoE and expert-parallel names that say dispatch, combine, expert or all-to-all but move no data
+# between GPUs (or do, and must not fall to moe_routing/other): (name, category).
+EP_NAMES = [
+    ("void deep_ep::layout::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, int)",
+     "communication"),  # part of DeepEP's dispatch: its own namespace decides
+    ("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)", "communication"),
+    ("void nccl_ep::intranode::cached_notify_combine<8>(void**, int*, int, int, int**, int)", "communication"),
+    ("void mori::moe::deepep::internode_ll::dispatch<true, 7168>(void*, float*, int*)", "communication"),
+    ("moeA2ACombineKernel", "communication"),
+    ("kernel_combine_token_inter_node", "communication"),
+    ("void vllm::moe::moe_align_block_size_kernel<int>(int const*, int*, int*, int*, int, int, int, int, unsigned long, int*)",
+     "moe_routing"),
+    ("void vllm::moe::topkGatingSoftmax<8, 128, 4, 16, int>(float const*, bool const*, float*, int, int*, int*, int, int, int)",
+     "moe_routing"),
+    ("_fwd_kernel_ep_scatter_1", "memory"),  # SGLang's local permutation after DeepEP, not a transfer
+    ("_fwd_kernel_ep_gather", "memory"),
+    ("fused_moe_kernel", "gemm"),  # the expert GEMM itself
+    ("void cutlass::device_kernel<flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, cute::C<128> >, 5, 256, 1, false, "
+     "true, cutlass::bfloat16_t, float, cutlass::arch::Sm90> >(flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, "
+     "cute::C<128> >, 5, 256, 1, false, true, cutlass::bfloat16_t, float, cutlass::arch::Sm90>::Params)", "attention"),
+    ("void deep_gemm::fp8_gemm_kernel<7168, 4096, 128, 128, 128, 1, 8, 8, 2, 128, 128, 1, 1, "
+     "(deep_gemm::GemmType)1>(float*, int*, unsigned int, CUtensorMap, CUtensorMap)", "gemm"),  # grouped expert GEMM
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8>"
+     "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x4_tn_align8::Params)", "gemm"),
+    ("void at::native::(anonymous namespace)::sleep_dispatch_kernel(long)", "other"),
+    ("void step::combine_kernel<float>(float*)", "other"),
+]
+
+
+@pytest.mark.parametrize("name,category", EP_NAMES, ids=[n[:60] for n, _ in EP_NAMES])
+def test_expert_parallel_names(name, category) -> None:
+    assert classify_names([name])[name][0] == category
+
+
 # --- the patterns file and its validation ----------------------------------------------------------
 
 

@@ -105,7 +105,7 @@ def test_sample_report_shows_header_verdict_and_sections(sample: tuple[dict, str
     data, page = sample
     for line in data["verdict"]:
         assert str(escape(line)) in page
-    assert "GPU busy 60.1% of its active span" in page
+    assert "GPU busy 60.0% of its active span with kernels" in page  # 60,150,652 ns of kernels over a 100,192,822 ns span
     assert "NVIDIA H100 SXM5 80GB" in page and "h100-sxm" in page
     assert "3.35 TB/s" in page and "989 TFLOP/s" in page  # HBM and the bf16/fp16 dense peak
     assert "llm_serving.pt.trace.json.gz" in page and "2,480" in page  # file and kernel count

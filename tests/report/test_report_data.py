@@ -76,3 +76,119 @@ def test_report_is_deterministic(tmp_path: Path) -> None:
 
     path = write_nsys(llm_serving_spec(), tmp_path / "s.sqlite")
     assert json_report.render(report_for(path)[1]) == json_report.render(report_for(path)[1])
+
+
+def _union_ns(intervals: list[tuple[int, int]]) -> int:
+    """Length of the union of [start, end) intervals, by a plain sweep: the test's own arithmetic."""
+    total, cur_lo, cur_hi = 0, None, None
+    for lo, hi in sorted(intervals):
+        if cur_hi is None or lo > cur_hi:
+            total += (cur_hi - cur_lo) if cur_hi is not None else 0
+            cur_lo, cur_hi = lo, hi
+        else:
+            cur_hi = max(cur_hi, hi)
+    return total + ((cur_hi - cur_lo) if cur_hi is not None else 0)
+
+
+def test_copies_are_not_gpu_busy(tmp_path: Path) -> None:
+    """A generated nsys export whose copies fill 95% of the span: GPU busy is the kernels' 2%, copies stand apart."""
+    from traceview.testing import GpuSpec, Kernel, Memop, TraceSpec, write_nsys
+
+    gpu = GpuSpec(name="NVIDIA H100 80GB HBM3", sm_count=132, memory_bytes=80 * 2**30, compute_major=9, compute_minor=0)
+    copies = [Memop("memcpy", start_ns=1_000_000 + i * 10_000_000, dur_ns=9_500_000, bytes=240_000_000) for i in range(10)]
+    copies.append(Memop("memcpy", start_ns=101_000_000, dur_ns=500_000, bytes=8_000_000, copy_kind="DtoH",
+                        src_kind="Device", dst_kind="Pinned"))
+    kernels = [Kernel("void add_kernel<float>(float*, float const*, int)", start_ns=1_000_000 + i * 10_000_000 + 9_600_000,
+                      dur_ns=200_000) for i in range(10)]
+    memset = Memop("memset", start_ns=101_600_000, dur_ns=100_000, bytes=1_000_000, copy_kind="", src_kind="",
+                   dst_kind="Device")
+    path = write_nsys(TraceSpec(gpus=[gpu], kernels=kernels, memops=copies + [memset]), tmp_path / "copies.sqlite")
+    _, data = report_for(path)
+    summary = data["summary"]
+    span = 101_700_000 - 1_000_000
+    assert summary["gpu_span_ns"] == span
+    assert summary["kernel_busy_ns"] == 10 * 200_000
+    assert summary["kernel_busy_pct"] == pytest.approx(100 * 2_000_000 / span)
+    copy = summary["copies"]
+    assert (copy["count"], copy["busy_ns"], copy["bytes"]) == (11, 10 * 9_500_000 + 500_000, 2_408_000_000)
+    assert copy["busy_pct"] == pytest.approx(100 * 95_500_000 / span)
+    assert copy["gbps"] == pytest.approx(2_408_000_000 / 95_500_000)  # bytes per ns = GB/s
+    kinds = {k["copy_kind"]: k for k in copy["by_kind"]}
+    assert kinds["HtoD"]["gbps"] == pytest.approx(240 / 9.5) and kinds["DtoH"]["bytes"] == 8_000_000
+    assert (summary["memsets"]["count"], summary["memsets"]["bytes"], summary["memsets"]["gbps"]) == (1, 1_000_000, 10.0)
+    assert summary["communication"] == []
+    assert data["verdict"][0].startswith(f"GPU busy {100 * 2_000_000 / span:.1f}% of its active span with kernels "
+                                         f"(copies fill {100 * 95_500_000 / span:.1f}%: 2.41 GB at 25.2 GB/s)")
+    jsonschema.validate(json.loads(json_report.render(data)), SCHEMA)
+    text = markdown.render(data)
+    assert "| kernels | 10 | 2 ms | 2.0% | | |" in text and "| copies | 11 | 95.5 ms | 94.8% | 2.41 GB | 25.2 |" in text
+    assert "| ↳ HtoD | 10 | 95 ms | | 2.4 GB | 25.3 |" in text and "| memsets | 1 | 100 µs | 0.1% | 1 MB | 10.0 |" in text
+    page = html.render(data)
+    assert "GPU busy (kernels) of its active span" in page and "2.41 GB at 25.2 GB/s" in page
+
+
+@requires_shared
+def test_kernel_busy_and_communication_overlap_on_vllm_h100() -> None:
+    """Kernel-only busy time and comm overlap, recomputed here in Python from the kernels' intervals."""
+    trace, data = report_for(VLLM_H100)
+    rows = trace.con.execute("SELECT start_ns, end_ns, category = 'communication' FROM kernels").fetchall()
+    kernel_busy = _union_ns([(lo, hi) for lo, hi, _ in rows])
+    comm = _union_ns([(lo, hi) for lo, hi, c in rows if c])
+    compute = _union_ns([(lo, hi) for lo, hi, c in rows if not c])
+    both = comm + compute - kernel_busy  # |A ∩ B| = |A| + |B| - |A ∪ B|
+    summary = data["summary"]
+    assert summary["kernel_busy_ns"] == kernel_busy == 233_116_597
+    assert summary["kernel_busy_pct"] == pytest.approx(100 * kernel_busy / summary["gpu_span_ns"])
+    assert summary["communication"] == [{"rank": 0, "device_id": 0, "kernels": sum(c for *_, c in rows),
+                                         "comm_ns": comm, "overlapped_ns": both, "exposed_ns": comm - both}]
+    assert comm == 24_177_491 and both == 128  # TP all-reduces run alone: TV401 reports them 0% overlapped
+    assert summary["copies"]["count"] + summary["memsets"]["count"] == summary["memops"] == 310
+
+
+@requires_shared
+def test_phases_without_costs_say_na_and_why() -> None:
+    """vLLM's trace has no input shapes: no phase gets a % of roof, every renderer says n/a and why."""
+    _, data = report_for(VLLM_H100)
+    for phase in data["phases"]:
+        assert (phase["pct_of_roof"], phase["achieved_tflops"], phase["achieved_tbps"]) == (None, None, None)
+        assert phase["roofline_gap"].startswith("no shapes recorded")
+    assert "% of roof n/a: no shapes recorded" in data["verdict"][1]
+    text = markdown.render(data)
+    assert "| decode | 9 |" in text and "| memory (phase rule) | n/a | n/a | n/a |" in text
+    assert "No roofline figure for prefill: no shapes recorded" in text
+    assert "no shapes recorded" in html.render(data)
+    info = subprocess.run([sys.executable, "-m", "traceview", "info", str(VLLM_H100)],
+                          capture_output=True, text=True, timeout=300)
+    assert "decode: 9 steps, kernels busy 149.423 ms" in info.stdout and "% of roof n/a (no shapes recorded" in info.stdout
+    assert "100% of roof" not in info.stdout and "0% of roof" not in info.stdout
+
+
+def test_cross_rank_phase_figures_are_ratios_of_sums(tmp_path: Path) -> None:
+    """Two ranks of different size: a phase's rates and % of roof are Σ/Σ of the kernels' own costs, not a mean."""
+    import dataclasses
+
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    for rank, seed, batches in ((0, 0, (4, 4)), (1, 3, (8,))):
+        spec = dataclasses.replace(llm_serving_spec(seed=seed, prefill_batches=batches), rank=rank, world_size=2)
+        write_kineto(spec, tmp_path / f"rank{rank}.json.gz")
+    trace, data = report_for(tmp_path)
+    assert trace.scalar("SELECT count(DISTINCT rank) FROM phase_summary") == 2
+    kernels = trace.con.execute("""
+        SELECT k.phase, sum(k.flops), sum(k.bytes), sum(k.dur_ns) FILTER (WHERE k.flops IS NOT NULL OR k.bytes IS NOT NULL),
+               sum(k.dur_ns)
+        FROM kernels k JOIN phase_summary p USING (rank, phase) GROUP BY k.phase""").fetchall()
+    phases = {p["phase"]: p for p in data["phases"]}
+    checked = False
+    for phase, flops, nbytes, costed, total in kernels:
+        got = phases[phase]
+        assert got["costed_time_ns"] == costed and got["coverage_pct"] == pytest.approx(100 * costed / total)
+        if got["achieved_tbps"] is not None:
+            assert got["achieved_tbps"] == pytest.approx(nbytes / costed / 1e3)
+        if got["pct_of_roof"] is not None and got["bound_source"] == "measured":
+            floor = trace.scalar(f"SELECT sum(roofline_floor_ns) FROM roofline_by_phase WHERE phase = '{phase}'")
+            assert got["pct_of_roof"] == pytest.approx(100 * floor / costed, rel=1e-9)
+            checked = True
+        else:
+            assert got["roofline_gap"]
+    assert checked

@@ -13,12 +13,13 @@ from typing import Any
 import altair as alt
 import polars as pl
 
+from traceview.report import format as fmt
 from traceview.report.data import PHASE_ORDER
 
 WIDTH = 980
 MAX_STEP_BARS = 400  # above this, steps are averaged in buckets so the chart stays readable
 MAX_LABEL = 140  # kernel names in tooltips are cut to this many characters
-PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "unknown": "#9d9d9d",
+PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "train": "#e45756", "unknown": "#9d9d9d",
                 "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
 TIME_PARTS = (  # the accounting terms, in stacking order, with their colours
     ("roofline floor", "#4c78a8"),
@@ -178,13 +179,13 @@ def roofline(data: dict[str, Any]) -> alt.Chart | None:
     kernels = [{"name": _label(k["name"]), "category": k["category"] or "none", "phase": k["phase"] or "none",
                 "dtype": k["dtype"] or "?", "ms": _ms(k["dur_ns"]), "ai": k["arithmetic_intensity"],
                 "tflops": k["achieved_tflops"], "tbps": k["achieved_tbps"], "bound": k["bound"],
-                "pct_of_roof": k["pct_of_roof"]}
+                "pct_of_roof": fmt.percent(k["pct_of_roof"])}
                for k in points["kernels"] if _positive(k["arithmetic_intensity"]) and _positive(k["achieved_tflops"])]
     categories = [{"category": c["category"] or "none", "ms": _ms(c["time_ns"]), "ai": c["arithmetic_intensity"],
-                   "tflops": c["achieved_tflops"], "pct_of_roof": c["pct_of_roof"]}
+                   "tflops": c["achieved_tflops"], "pct_of_roof": fmt.percent(c["pct_of_roof"])}
                   for c in points["categories"] if _positive(c["arithmetic_intensity"]) and _positive(c["achieved_tflops"])]
     phases = [{"phase": p["phase"] or "none", "ai": p["arithmetic_intensity"], "tflops": p["achieved_tflops"],
-               "pct_of_roof": p["pct_of_roof"]}
+               "pct_of_roof": fmt.percent(p["pct_of_roof"])}
               for p in points["phases"] if _positive(p["arithmetic_intensity"]) and _positive(p["achieved_tflops"])]
     if not (kernels or categories or phases):
         return None
@@ -224,17 +225,17 @@ def roofline(data: dict[str, Any]) -> alt.Chart | None:
                      alt.Tooltip("dtype:N"), alt.Tooltip("ms:Q", format=",.3f"),
                      alt.Tooltip("ai:Q", title="FLOP/byte", format=",.2f"), alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
                      alt.Tooltip("tbps:Q", title="TB/s", format=",.3f"), alt.Tooltip("bound:N"),
-                     alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]))
+                     alt.Tooltip("pct_of_roof:N", title="% of roof")]))
     if categories:
         layers.append(alt.Chart(alt.Data(values=categories)).mark_square(size=180, opacity=0.95, stroke="#222",
                                                                          strokeWidth=1, clip=True).encode(
             x=x, y=y, color=color,
             tooltip=[alt.Tooltip("category:N"), alt.Tooltip("ms:Q", title="time ms", format=",.3f"),
                      alt.Tooltip("ai:Q", title="FLOP/byte", format=",.2f"), alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"),
-                     alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]))
+                     alt.Tooltip("pct_of_roof:N", title="% of roof")]))
     if phases:
         tip = [alt.Tooltip("phase:N"), alt.Tooltip("ai:Q", title="FLOP/byte", format=",.2f"),
-               alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"), alt.Tooltip("pct_of_roof:Q", title="% of roof", format=".1f")]
+               alt.Tooltip("tflops:Q", title="TFLOP/s", format=",.2f"), alt.Tooltip("pct_of_roof:N", title="% of roof")]
         layers.append(alt.Chart(alt.Data(values=phases)).mark_point(shape="diamond", size=320, filled=True, color="#111", opacity=1,
                                                                     stroke="white", strokeWidth=1.5, clip=True).encode(
             x=x, y=y, tooltip=tip))

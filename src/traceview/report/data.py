@@ -11,14 +11,23 @@ from typing import Any
 
 import duckdb
 
-from traceview.analysis.intervals import busy_time_sql
+from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
 from traceview.model.db import dict_rows
+from traceview.report.format import size
 from traceview.rules.engine import CheckResult
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 25
 ROOFLINE_KERNEL_POINTS = 300
-PHASE_ORDER = ("prefill", "decode", "mixed", "unknown", "empty", "other")
+PHASE_ORDER = ("prefill", "decode", "mixed", "train", "unknown", "empty", "other")
+COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
+NO_ROOF_WORDS = {
+    "no_gpu_spec": "no GPU spec matched; pass --gpu",
+    "no_shapes": "no shapes recorded; profile with record_shapes=True (emit_nvtx(record_shapes=True) under nsys)",
+    "costs_rejected": "every modelled cost was physically impossible and was rejected (see diagnostics)",
+    "low_coverage": "too little of the kernel time has costs",
+    "model_exceeds_measured": "the --model floor is above the measured GPU time: the options do not describe this run",
+}
 
 
 def _one(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any]:
@@ -68,10 +77,17 @@ def _gpu(con) -> dict[str, Any]:
 
 
 def _summary(con) -> dict[str, Any]:
+    """Counts and busy time per kind of GPU work: kernels (the SMs), copies and memsets apart.
+
+    `gpu_busy_ns` / `gpu_idle_pct` keep their schema-1 meaning (any GPU activity, kernels and memops
+    together); the headline "GPU busy" is `kernel_busy_pct`, since a GPU whose copy engines move data
+    while its SMs sit idle is not busy computing.
+    """
     activity = "SELECT rank, device_id, start_ns, end_ns FROM kernels UNION ALL SELECT rank, device_id, start_ns, end_ns FROM memops"
     summary = _one(con, f"""
         WITH spans AS (SELECT rank, device_id, max(end_ns) - min(start_ns) AS span_ns FROM ({activity}) GROUP BY ALL),
-             busy AS ({busy_time_sql(activity, ("rank", "device_id"))})
+             busy AS ({busy_time_sql(activity, ("rank", "device_id"))}),
+             kernel_busy AS ({busy_time_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels", ("rank", "device_id"))})
         SELECT (SELECT count(*) FROM kernels) AS kernels,
                (SELECT coalesce(sum(dur_ns), 0) FROM kernels)::BIGINT AS kernel_time_ns,
                (SELECT count(*) FROM memops) AS memops,
@@ -79,29 +95,147 @@ def _summary(con) -> dict[str, Any]:
                (SELECT count(*) FROM steps) AS steps,
                coalesce(sum(b.busy_ns), 0)::BIGINT AS gpu_busy_ns,
                coalesce(sum(s.span_ns), 0)::BIGINT AS gpu_span_ns,
-               100.0 * (1 - sum(b.busy_ns) / nullif(sum(s.span_ns), 0)) AS gpu_idle_pct
-        FROM spans s JOIN busy b USING (rank, device_id)""")
+               100.0 * (1 - sum(b.busy_ns) / nullif(sum(s.span_ns), 0)) AS gpu_idle_pct,
+               coalesce(sum(k.busy_ns), 0)::BIGINT AS kernel_busy_ns,
+               100.0 * sum(k.busy_ns) / nullif(sum(s.span_ns), 0) AS kernel_busy_pct
+        FROM spans s JOIN busy b USING (rank, device_id) LEFT JOIN kernel_busy k USING (rank, device_id)""")
+    summary["copies"] = _memops(con, "memcpy", summary.get("gpu_span_ns"))
+    summary["memsets"] = _memops(con, "memset", summary.get("gpu_span_ns"))
+    summary["communication"] = _communication(con)
     return summary
 
 
-def _phases(con) -> list[dict[str, Any]]:
+def _memops(con, kind: str, span_ns: int | None) -> dict[str, Any]:
+    """Copies (or memsets): count, busy time (union per device), bytes, achieved GB/s, per copy_kind.
+
+    GB/s is Σbytes / Σduration over the operations whose bytes are known (1 byte/ns = 1 GB/s).
+    """
+    source = f"SELECT rank, device_id, start_ns, end_ns FROM memops WHERE kind = '{kind}'"
+    total = _one(con, f"""
+        SELECT count(*) AS count,
+               CASE WHEN count(*) = 0 THEN 0 ELSE (SELECT sum(busy_ns) FROM ({busy_time_sql(source, ("rank", "device_id"))})) END::BIGINT AS busy_ns,
+               CASE WHEN count(*) = 0 THEN 0 ELSE sum(dur_ns) END::BIGINT AS time_ns,
+               CASE WHEN count(*) = 0 THEN 0 ELSE sum(bytes) END::BIGINT AS bytes,
+               sum(bytes) / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL), 0) AS gbps
+        FROM memops WHERE kind = '{kind}'""")
+    total["busy_pct"] = 100.0 * total["busy_ns"] / span_ns if total["busy_ns"] is not None and span_ns else None
+    total["by_kind"] = dict_rows(con, f"""
+        SELECT coalesce(copy_kind, dst_kind) AS copy_kind, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
+               sum(bytes)::BIGINT AS bytes, sum(bytes) / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL), 0) AS gbps
+        FROM memops WHERE kind = '{kind}' GROUP BY ALL ORDER BY time_ns DESC, copy_kind""")
+    return total
+
+
+def _communication(con) -> list[dict[str, Any]]:
+    """Per device: the union of communication kernels, the part of it under non-communication kernels, the rest.
+
+    The method of TV401: overlap = C(hi) - C(lo) over each communication island, where C(t) is the
+    compute-busy time before t, read by ASOF join on the compute islands' running sum (exact ns).
+    """
+    comm = busy_islands_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels WHERE category = 'communication'",
+                            ("rank", "device_id"))
+    compute = busy_islands_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels "
+                               "WHERE category IS DISTINCT FROM 'communication'", ("rank", "device_id"))
+    return dict_rows(con, f"""
+        WITH comm AS ({comm}),
+        compute_cum AS (
+            SELECT rank, device_id, lo, hi,
+                   coalesce(sum(hi - lo) OVER (PARTITION BY rank, device_id ORDER BY lo
+                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+            FROM ({compute})
+        ),
+        at_hi AS (
+            SELECT c.rank, c.device_id, c.lo, c.hi,
+                   CASE WHEN k.lo IS NULL THEN 0 WHEN c.hi >= k.hi THEN k.before + k.hi - k.lo
+                        ELSE k.before + c.hi - k.lo END AS compute_before_hi
+            FROM comm c ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
+        ),
+        at_lo AS (
+            SELECT c.*,
+                   CASE WHEN k.lo IS NULL THEN 0 WHEN c.lo >= k.hi THEN k.before + k.hi - k.lo
+                        ELSE k.before + c.lo - k.lo END AS compute_before_lo
+            FROM at_hi c ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
+        ),
+        counts AS (SELECT rank, device_id, count(*) AS kernels FROM kernels WHERE category = 'communication' GROUP BY ALL)
+        SELECT rank, device_id, any_value(n.kernels) AS kernels, sum(hi - lo)::BIGINT AS comm_ns,
+               sum(compute_before_hi - compute_before_lo)::BIGINT AS overlapped_ns,
+               sum(hi - lo - (compute_before_hi - compute_before_lo))::BIGINT AS exposed_ns
+        FROM at_lo JOIN counts n USING (rank, device_id)
+        GROUP BY rank, device_id ORDER BY rank, device_id""")
+
+
+def _phase_gap(phase: dict[str, Any]) -> str | None:
+    """Why a phase has no roofline figure, in words (phase_summary.no_roof_reason); None when it has one."""
+    if phase["pct_of_roof"] is not None:
+        return None
+    reason = phase["no_roof_reason"]
+    if reason == "low_coverage" and phase["coverage_pct"] is not None:
+        return f"too little costed: {phase['coverage_pct']:.0f}% of kernel time has costs"
+    return NO_ROOF_WORDS.get(reason, "no costs")
+
+
+def phase_rows(con) -> list[dict[str, Any]]:
+    """Per phase over all ranks; rates and % of roof as ratios of sums, NULL where no rank has the figure."""
     phases = dict_rows(con, """
+        WITH model AS (
+            SELECT rank, phase, sum(roofline_floor_ns) AS roofline_floor_ns,
+                   sum(gpu_busy_ns) FILTER (WHERE roofline_floor_ns IS NOT NULL) AS model_busy_ns,
+                   sum(kernel_inefficiency_ns) AS kernel_inefficiency_ns, sum(gpu_idle_ns) AS gpu_idle_ns,
+                   sum(outside_gpu_ns) AS outside_gpu_ns, mode(dominant_term) AS dominant_term
+            FROM step_accounting GROUP BY ALL
+        )
         SELECT p.phase, sum(p.steps)::BIGINT AS steps, sum(p.wall_ns)::BIGINT AS time_ns,
                sum(p.gpu_busy_ns)::BIGINT AS gpu_busy_ns, sum(p.kernel_time_ns)::BIGINT AS kernel_time_ns,
+               sum(p.costed_time_ns)::BIGINT AS costed_time_ns,
+               100.0 * sum(p.costed_time_ns) / nullif(sum(p.kernel_time_ns), 0) AS coverage_pct,
                sum(p.flops) AS flops, sum(p.bytes) AS bytes,
-               avg(p.achieved_tflops) AS achieved_tflops, avg(p.achieved_tbps) AS achieved_tbps,
-               avg(p.arithmetic_intensity) AS arithmetic_intensity, avg(p.ridge) AS ridge,
-               any_value(p.bound) AS bound, any_value(p.bound_source) AS bound_source, avg(p.pct_of_roof) AS pct_of_roof,
+               sum(p.flops) FILTER (WHERE p.achieved_tflops IS NOT NULL)
+                   / nullif(sum(p.costed_time_ns) FILTER (WHERE p.achieved_tflops IS NOT NULL), 0) / 1e3 AS achieved_tflops,
+               sum(p.bytes) FILTER (WHERE p.achieved_tbps IS NOT NULL)
+                   / nullif(sum(p.costed_time_ns) FILTER (WHERE p.achieved_tbps IS NOT NULL), 0) / 1e3 AS achieved_tbps,
+               sum(p.flops) FILTER (WHERE p.arithmetic_intensity IS NOT NULL)
+                   / nullif(sum(p.bytes) FILTER (WHERE p.arithmetic_intensity IS NOT NULL), 0) AS arithmetic_intensity,
+               sum(p.flops) FILTER (WHERE r.compute_floor_ns > 0) / nullif(sum(r.compute_floor_ns) / 1e9, 0)
+                   / any_value(g.hbm_bytes_per_s) AS ridge,
+               any_value(p.bound) AS bound, any_value(p.bound_source) AS bound_source,
+               sum(r.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')::BIGINT
+                   AS roofline_floor_ns,
+               CASE WHEN count(p.pct_of_roof) FILTER (WHERE p.bound_source = 'measured') > 0
+                    THEN 100.0 * sum(r.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')
+                         / nullif(sum(r.costed_time_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured'), 0)
+                    WHEN count(p.pct_of_roof) FILTER (WHERE p.bound_source = 'model') > 0
+                    THEN 100.0 * sum(a.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'model')
+                         / nullif(sum(a.model_busy_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'model'), 0)
+               END AS pct_of_roof,
                sum(a.roofline_floor_ns)::BIGINT AS roofline_ns, sum(a.kernel_inefficiency_ns)::BIGINT AS kernel_inefficiency_ns,
                sum(a.gpu_idle_ns)::BIGINT AS idle_ns, sum(a.outside_gpu_ns)::BIGINT AS outside_gpu_ns,
-               any_value(a.dominant_term) AS dominant_term
+               any_value(a.dominant_term) AS dominant_term,
+               mode(p.no_roof_reason) AS no_roof_reason
         FROM phase_summary p
-        LEFT JOIN (SELECT rank, phase, sum(roofline_floor_ns) AS roofline_floor_ns,
-                          sum(kernel_inefficiency_ns) AS kernel_inefficiency_ns, sum(gpu_idle_ns) AS gpu_idle_ns,
-                          sum(outside_gpu_ns) AS outside_gpu_ns, mode(dominant_term) AS dominant_term
-                   FROM step_accounting GROUP BY ALL) a USING (rank, phase)
+        LEFT JOIN roofline_by_phase r USING (rank, phase)
+        LEFT JOIN model a USING (rank, phase)
+        LEFT JOIN (SELECT d.rank, any_value(s.hbm_bytes_per_s) AS hbm_bytes_per_s FROM devices d
+                   JOIN gpu_specs s USING (spec_id) GROUP BY d.rank) g USING (rank)
         GROUP BY p.phase""")
+    busy = _phase_busy(con)
+    for phase in phases:
+        phase.update(busy.get(phase["phase"], {"kernel_busy_ns": 0, "copy_busy_ns": 0}))
+        phase["roofline_gap"] = _phase_gap(phase)
+        del phase["no_roof_reason"]
     return sorted(phases, key=lambda p: PHASE_ORDER.index(p["phase"]) if p["phase"] in PHASE_ORDER else 99)
+
+
+def _phase_busy(con) -> dict[str, dict[str, int]]:
+    """Per phase: kernel busy time and copy/memset busy time, each the union per device, summed (0 when none ran)."""
+    kernels = "SELECT rank, device_id, phase, start_ns, end_ns FROM kernels"
+    memops = ("SELECT m.rank, m.device_id, coalesce(s.phase, 'other') AS phase, m.start_ns, m.end_ns FROM memops m "
+              "LEFT JOIN steps s ON s.rank = m.rank AND s.step_id = m.step_id")
+    keys = ("rank", "device_id", "phase")
+    busy: dict[str, dict[str, int]] = {}
+    for column, source in (("kernel_busy_ns", kernels), ("copy_busy_ns", memops)):
+        for phase, ns in con.execute(f"SELECT phase, sum(busy_ns)::BIGINT FROM ({busy_time_sql(source, keys)}) GROUP BY phase").fetchall():
+            busy.setdefault(phase, {"kernel_busy_ns": 0, "copy_busy_ns": 0})[column] = ns
+    return busy
 
 
 def _steps(con) -> list[dict[str, Any]]:
@@ -118,8 +252,13 @@ def _top_kernels(con) -> list[dict[str, Any]]:
                count(*) AS count, sum(k.dur_ns)::BIGINT AS time_ns,
                100.0 * sum(k.dur_ns) / (SELECT sum(dur_ns) FROM kernels) AS share_pct,
                median(k.dur_ns)::BIGINT AS median_ns,
-               sum(k.flops) / nullif(sum(k.dur_ns) FILTER (WHERE k.flops IS NOT NULL), 0) / 1e3 AS achieved_tflops,
-               sum(k.bytes) / nullif(sum(k.dur_ns) FILTER (WHERE k.bytes IS NOT NULL), 0) / 1e3 AS achieved_tbps,
+               -- HBM figures from accepted costs only: an L2-resident kernel's bytes/s are not HBM bandwidth
+               sum(k.flops) FILTER (WHERE k.cost_status = 'accepted')
+                   / nullif(sum(k.dur_ns) FILTER (WHERE k.cost_status = 'accepted' AND k.flops IS NOT NULL), 0) / 1e3
+                   AS achieved_tflops,
+               sum(k.bytes) FILTER (WHERE k.cost_status = 'accepted')
+                   / nullif(sum(k.dur_ns) FILTER (WHERE k.cost_status = 'accepted' AND k.bytes IS NOT NULL), 0) / 1e3
+                   AS achieved_tbps,
                string_agg(DISTINCT k.phase, ', ' ORDER BY k.phase) AS phases
         FROM kernels k GROUP BY k.short_name ORDER BY time_ns DESC, k.short_name LIMIT {TOP_KERNELS}""")
 
@@ -147,11 +286,15 @@ def _roofline(con) -> dict[str, Any]:
         ORDER BY dur_ns DESC LIMIT {ROOFLINE_KERNEL_POINTS}""")
     categories = dict_rows(con, """
         SELECT category, sum(time_ns)::BIGINT AS time_ns, sum(flops) / sum(bytes) AS arithmetic_intensity,
-               sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops, avg(pct_of_roof) AS pct_of_roof
+               sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops,
+               100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
+                   / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
         FROM roofline_by_category WHERE flops > 0 AND bytes > 0 GROUP BY category""")
     phases = dict_rows(con, """
         SELECT phase, sum(flops) / sum(bytes) AS arithmetic_intensity,
-               sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops, avg(pct_of_roof) AS pct_of_roof
+               sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops,
+               100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
+                   / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
         FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase""")
     return {"kernels": kernels, "categories": categories, "phases": phases}
 
@@ -170,16 +313,21 @@ def _verdict(data: dict[str, Any]) -> list[str]:
         return ["The trace holds no GPU kernels: nothing about GPU time can be measured.",
                 "See capture health below for what the capture reported.",
                 f"Top finding: {findings[0]['message']}" if findings else "No findings."]
-    busy_pct = 100 - (summary["gpu_idle_pct"] or 0)
+    copies = summary["copies"]
+    copy_note = ""
+    if copies["busy_pct"] is not None and (copies["busy_pct"] > summary["kernel_busy_pct"] or copies["busy_pct"] >= COPY_NOTE_PCT):
+        rate = f" at {copies['gbps']:.3g} GB/s" if copies["gbps"] is not None else ""
+        copy_note = f" (copies fill {copies['busy_pct']:.1f}%: {size(copies['bytes'])}{rate})"
     top = max((p for p in phases if p["phase"] != "empty"), key=lambda p: p["gpu_busy_ns"] or 0, default=None)
-    where = (f"GPU busy {busy_pct:.1f}% of its active span; "
+    where = (f"GPU busy {summary['kernel_busy_pct']:.1f}% of its active span with kernels{copy_note}; "
              + (f"{top['phase']} steps take {100 * (top['gpu_busy_ns'] or 0) / max(sum(p['gpu_busy_ns'] or 0 for p in phases), 1):.0f}% of GPU time."
                 if top else "no steps were found."))
     walls = []
     for phase in phases:
         if phase["bound"]:
-            roof = f" at {phase['pct_of_roof']:.0f}% of its roof" if phase["pct_of_roof"] is not None else ""
-            walls.append(f"{phase['phase']} is {phase['bound']}-bound{roof} ({phase['bound_source'].replace('_', ' ')})")
+            roof = (f" at {phase['pct_of_roof']:.0f}% of its roof" if phase["pct_of_roof"] is not None else "")
+            gap = f", % of roof n/a: {phase['roofline_gap']}" if phase["roofline_gap"] else ""
+            walls.append(f"{phase['phase']} is {phase['bound']}-bound{roof} ({phase['bound_source'].replace('_', ' ')}){gap}")
     wall = "; ".join(walls) + "." if walls else "No phase could be placed against the roofline."
     top_finding = (f"Top finding: {findings[0]['message']} (up to {findings[0]['estimated_saving_ns'] / 1e6:.1f} ms)"
                    if findings else "No findings.")
@@ -193,7 +341,7 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: s
         "trace": _trace(con),
         "gpu": _gpu(con),
         "summary": _summary(con),
-        "phases": _phases(con),
+        "phases": phase_rows(con),
         "steps": _steps(con),
         "top_kernels": _top_kernels(con),
         "kernel_families": _kernel_families(con),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceview.report.format import duration, number, percent
+from traceview.report.format import duration, number, percent, size
 
 NAME = "md"
 EXTENSION = "md"
@@ -28,6 +28,27 @@ def cell(value: Any, limit: int = MAX_NAME) -> str:
     return text
 
 
+def _busy_lines(summary: dict[str, Any]) -> list[str]:
+    """Kernel busy time, copies and memsets, and communication under compute: each its own figure."""
+    rows = ["| GPU work | count | busy | of active span | bytes | GB/s |", "|---|---:|---:|---:|---:|---:|",
+            f"| kernels | {number(summary['kernels'])} | {duration(summary['kernel_busy_ns'])} "
+            f"| {percent(summary['kernel_busy_pct'])} | | |"]
+    for label, key in (("copies", "copies"), ("memsets", "memsets")):
+        ops = summary[key]
+        if ops["count"]:
+            rows.append(f"| {label} | {number(ops['count'])} | {duration(ops['busy_ns'])} | {percent(ops['busy_pct'])} "
+                        f"| {size(ops['bytes'])} | {number(ops['gbps'], 1)} |")
+            rows += [f"| ↳ {cell(k['copy_kind'])} | {number(k['count'])} | {duration(k['time_ns'])} | | {size(k['bytes'])} "
+                     f"| {number(k['gbps'], 1)} |" for k in ops["by_kind"]]
+    comm = summary["communication"]
+    if comm:
+        total = sum(c["comm_ns"] for c in comm)
+        exposed = sum(c["exposed_ns"] for c in comm)
+        rows += ["", f"Communication {duration(total)} over {len(comm)} device(s): {duration(total - exposed)} under compute, "
+                     f"{duration(exposed)} exposed."]
+    return rows + [""]
+
+
 def render(data: dict[str, Any]) -> str:
     trace, gpu, summary = data["trace"], data["gpu"], data["summary"]
     files = ", ".join(cell(f.rsplit("/", 1)[-1], 120) for f in trace["files"][:4])
@@ -42,14 +63,19 @@ def render(data: dict[str, Any]) -> str:
         *[f"> {cell(line, 400)}" for line in data["verdict"]],
         "",
     ]
+    if summary["kernels"] or summary["memops"]:
+        lines += _busy_lines(summary)
     if data["phases"]:
-        lines += ["| phase | steps | wall | GPU busy | bound | % of roof | TB/s | TFLOP/s |",
-                  "|---|---:|---:|---:|---|---:|---:|---:|"]
+        lines += ["| phase | steps | wall | kernel busy | copies | bound | % of roof | TB/s | TFLOP/s |",
+                  "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
         for p in data["phases"]:
             bound = f"{p['bound']} ({p['bound_source'].replace('_', ' ')})" if p["bound"] else "n/a"
-            lines.append(f"| {p['phase']} | {number(p['steps'])} | {duration(p['time_ns'])} | {duration(p['gpu_busy_ns'])} "
-                         f"| {bound} | {percent(p['pct_of_roof'])} | {number(p['achieved_tbps'], 2)} "
-                         f"| {number(p['achieved_tflops'], 1)} |")
+            lines.append(f"| {p['phase']} | {number(p['steps'])} | {duration(p['time_ns'])} | {duration(p.get('kernel_busy_ns'))} "
+                         f"| {duration(p.get('copy_busy_ns'))} | {bound} | {percent(p['pct_of_roof'])} "
+                         f"| {number(p['achieved_tbps'], 2)} | {number(p['achieved_tflops'], 1)} |")
+        gaps = [f"{p['phase']}: {p['roofline_gap']}" for p in data["phases"] if p.get("roofline_gap")]
+        if gaps:
+            lines += ["", "<sub>No roofline figure for " + cell("; ".join(gaps), 600) + "</sub>"]
         lines.append("")
     findings = data["findings"]
     lines.append(f"### Findings ({len(findings)})")
