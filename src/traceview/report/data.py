@@ -120,7 +120,7 @@ def _memops(con, kind: str, span_ns: int | None) -> dict[str, Any]:
         FROM memops WHERE kind = '{kind}'""")
     total["busy_pct"] = 100.0 * total["busy_ns"] / span_ns if total["busy_ns"] is not None and span_ns else None
     total["by_kind"] = dict_rows(con, f"""
-        SELECT coalesce(copy_kind, dst_kind) AS copy_kind, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
+        SELECT coalesce(copy_kind, dst_kind, 'unknown') AS copy_kind, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
                sum(bytes)::BIGINT AS bytes, sum(bytes) / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL), 0) AS gbps
         FROM memops WHERE kind = '{kind}' GROUP BY ALL ORDER BY time_ns DESC, copy_kind""")
     return total
