@@ -310,12 +310,17 @@ def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatter
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _step_work AS
-        WITH marks AS (
-            SELECT rank, pid, tid, start_ns, end_ns,
-                   regexp_matches(name, $backward) AS backward, regexp_matches(name, $optimizer) AS optimizer
-            FROM ranges
-            WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx', 'python_function')
-              AND (regexp_matches(name, $backward) OR regexp_matches(name, $optimizer))
+        WITH host_ranges AS (
+            SELECT * FROM ranges WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx', 'python_function')
+        ),
+        roles AS (  -- the regexes run once per distinct range name, not once per range
+            SELECT name, regexp_matches(name, $backward) AS backward, regexp_matches(name, $optimizer) AS optimizer
+            FROM (SELECT DISTINCT name FROM host_ranges)
+        ),
+        marks AS (
+            SELECT r.rank, r.pid, r.tid, r.start_ns, r.end_ns, n.backward, n.optimizer
+            FROM host_ranges r JOIN roles n USING (name)
+            WHERE n.backward OR n.optimizer
         ),
         memop_calls AS (
             SELECT rank, pid, correlation_id, any_value(tid) AS tid, min(start_ns) AS call_ns
@@ -357,22 +362,29 @@ def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatter
     )
 
 
-def _gemm_tile_sql(patterns: TrainingPatterns) -> tuple[str, dict[str, str]]:
-    """SQL over kernels `k`: 'small', 'large' or NULL, the token-side tile of a GEMM kernel's name."""
+def _gemm_tiles_sql(patterns: TrainingPatterns) -> tuple[str, dict[str, str]]:
+    """SELECT (name, tile) over the distinct GEMM kernel names: 'small', 'large' or NULL, the token-side
+    tile the name states (the smaller side of the first tile pattern that matches)."""
     params = {"skinny": patterns.skinny}
-    side_a, side_b = [], []
+    sides = {1: [], 2: []}
     for index, pattern in enumerate(patterns.tile_patterns):
         params[f"tile{index}"] = pattern
-        side_a.append(f"WHEN regexp_matches(k.name, $tile{index}) THEN TRY_CAST(regexp_extract(k.name, $tile{index}, 1) AS INTEGER)")
-        side_b.append(f"WHEN regexp_matches(k.name, $tile{index}) THEN TRY_CAST(regexp_extract(k.name, $tile{index}, 2) AS INTEGER)")
-    a, b = f"CASE {' '.join(side_a)} END", f"CASE {' '.join(side_b)} END"
-    # the smaller and larger side; NULL when the name states no tile
-    low = f"CASE WHEN {a} IS NULL OR {b} IS NULL THEN NULL WHEN {a} < {b} THEN {a} ELSE {b} END"
-    high = f"CASE WHEN {a} IS NULL OR {b} IS NULL THEN NULL WHEN {a} < {b} THEN {b} ELSE {a} END"
-    sql = f"""CASE WHEN k.category <> 'gemm' THEN NULL
-                   WHEN regexp_matches(k.name, $skinny) THEN 'small'
-                   WHEN {high} <= {patterns.small_max} OR {low} <= {patterns.skinny_max} THEN 'small'
-                   WHEN {low} >= {patterns.large_min} THEN 'large' END"""
+        for side, arms in sides.items():
+            arms.append(f"WHEN regexp_matches(name, $tile{index}) "
+                        f"THEN TRY_CAST(regexp_extract(name, $tile{index}, {side}) AS INTEGER)")
+    sql = f"""
+        SELECT name, CASE WHEN skinny THEN 'small'
+                          WHEN high <= {patterns.small_max} OR low <= {patterns.skinny_max} THEN 'small'
+                          WHEN low >= {patterns.large_min} THEN 'large' END AS tile
+        FROM (
+            -- the smaller and larger side; NULL when the name states no tile
+            SELECT name, skinny,
+                   CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a < b THEN a ELSE b END AS low,
+                   CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a < b THEN b ELSE a END AS high
+            FROM (SELECT name, regexp_matches(name, $skinny) AS skinny,
+                         CASE {' '.join(sides[1])} END AS a, CASE {' '.join(sides[2])} END AS b
+                  FROM (SELECT DISTINCT name FROM kernels WHERE category = 'gemm'))
+        )"""
     return sql, params
 
 
@@ -399,7 +411,7 @@ def _build_steps(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns,
     supports, at a lower confidence.
     """
     hint = "attention_phase_hint" if db.has_column(con, "kernels", "attention_phase_hint") else "NULL::VARCHAR"
-    tile, tile_params = _gemm_tile_sql(patterns)
+    tiles, tile_params = _gemm_tiles_sql(patterns)
     shapes = (
         """SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
            FROM _numbered_windows w JOIN op_costs o
@@ -415,16 +427,18 @@ def _build_steps(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns,
     con.execute(
         f"""
         CREATE OR REPLACE TABLE steps AS
-        WITH work AS (
+        WITH tiles AS ({tiles}),  -- the token-side tile, read once per distinct GEMM kernel name
+        work AS (
             SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
                    count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
                    count(*) FILTER (WHERE {hint} = 'decode') AS decode_attention,
                    count(*) FILTER (WHERE {hint} = 'prefill') AS prefill_attention,
                    sum(k.dur_ns) FILTER (WHERE {hint} = 'decode') AS decode_attention_ns,
                    sum(k.dur_ns) FILTER (WHERE k.category = 'gemm') AS gemm_ns,
-                   sum(k.dur_ns) FILTER (WHERE ({tile}) = 'small') AS gemm_small_tile_ns,
-                   sum(k.dur_ns) FILTER (WHERE ({tile}) = 'large') AS gemm_large_tile_ns
-            FROM kernels k WHERE step_id IS NOT NULL GROUP BY ALL
+                   sum(k.dur_ns) FILTER (WHERE t.tile = 'small') AS gemm_small_tile_ns,
+                   sum(k.dur_ns) FILTER (WHERE t.tile = 'large') AS gemm_large_tile_ns
+            FROM kernels k LEFT JOIN tiles t USING (name)
+            WHERE k.step_id IS NOT NULL GROUP BY ALL
         ),
         memwork AS (
             SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
