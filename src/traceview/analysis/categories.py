@@ -23,13 +23,10 @@ from pathlib import Path
 
 import duckdb
 
+from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 from traceview.model import db
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 __all__ = [
     "CATEGORIES",

@@ -26,13 +26,10 @@ import duckdb
 import pyarrow as pa
 
 from traceview.analysis.hardware import VENDORS, HardwareSpec, get_spec, load_specs, match_gpu
+from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 from traceview.model import db
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 ARCHITECTURES_FILE = Path(__file__).with_name("architectures.toml")
 DEVICE_COLUMNS = {

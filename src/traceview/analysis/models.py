@@ -31,10 +31,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+from traceview.compat import tomllib
+
 
 __all__ = [
     "PRESETS_FILE",

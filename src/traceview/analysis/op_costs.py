@@ -16,12 +16,9 @@ from pathlib import Path
 
 import duckdb
 
+from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 COST_MODELS_FILE = Path(__file__).with_name("op_costs.toml")
 MAX_INPUTS = 12

@@ -11,10 +11,6 @@ step's phase comes from the strongest evidence available, recorded in `phase_sou
 
 from __future__ import annotations
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
@@ -23,6 +19,7 @@ import duckdb
 import pyarrow as pa
 
 from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
+from traceview.compat import tomllib
 from traceview.model import db
 
 COUNT_GROUPS = ("prefill_requests", "prefill_tokens", "prefill_context_tokens", "decode_requests", "decode_tokens",
@@ -293,7 +290,6 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
               AND {table}.start_ns >= w.start_ns AND {table}.end_ns <= w.end_ns
             """
         )
-
 
 
 def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns) -> None:

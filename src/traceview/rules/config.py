@@ -19,11 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
-
+from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 from traceview.rules.loader import SEVERITIES, Rule
 

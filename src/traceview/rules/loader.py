@@ -13,11 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-try:
-    import tomllib
-except ImportError:  # Python 3.10
-    import tomli as tomllib
-
+from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 
 SEVERITIES = ("info", "warning", "error")
