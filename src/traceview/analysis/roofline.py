@@ -328,6 +328,7 @@ def build_phase_summary(con: duckdb.DuckDBPyConnection) -> None:
                CASE bound_source WHEN 'measured' THEN measured_pct WHEN 'model' THEN model_pct END AS pct_of_roof,
                CASE bound_source WHEN 'measured' THEN measured_floor_ns WHEN 'model' THEN model_floor_ns END
                    AS roofline_floor_ns,
+               CASE bound_source WHEN 'measured' THEN costed_time_ns WHEN 'model' THEN model_busy_ns END AS roof_basis_ns,
                CASE WHEN bound_source IN ('measured', 'model') THEN NULL
                     WHEN model_pct > 100 THEN 'model_exceeds_measured'
                     WHEN kernels_with_spec = 0 OR kernels_with_spec IS NULL THEN 'no_gpu_spec'

@@ -179,34 +179,35 @@ def phase_rows(con) -> list[dict[str, Any]]:
     phases = dict_rows(con, """
         WITH model AS (
             SELECT rank, phase, sum(roofline_floor_ns) AS roofline_floor_ns,
-                   sum(gpu_busy_ns) FILTER (WHERE roofline_floor_ns IS NOT NULL) AS model_busy_ns,
                    sum(kernel_inefficiency_ns) AS kernel_inefficiency_ns, sum(gpu_idle_ns) AS gpu_idle_ns,
                    sum(outside_gpu_ns) AS outside_gpu_ns, mode(dominant_term) AS dominant_term
             FROM step_accounting GROUP BY ALL
+        ),
+        -- the evidence a phase's % of roof comes from: measured costs where any rank has them, else the model,
+        -- so ranks are pooled only over figures of one kind
+        roof_sources AS (
+            SELECT phase, CASE WHEN bool_or(bound_source = 'measured' AND pct_of_roof IS NOT NULL) THEN 'measured'
+                               WHEN bool_or(bound_source = 'model' AND pct_of_roof IS NOT NULL) THEN 'model' END AS roof_source
+            FROM phase_summary GROUP BY phase
         )
         SELECT p.phase, sum(p.steps)::BIGINT AS steps, sum(p.wall_ns)::BIGINT AS time_ns,
                sum(p.gpu_busy_ns)::BIGINT AS gpu_busy_ns, sum(p.kernel_time_ns)::BIGINT AS kernel_time_ns,
                sum(p.costed_time_ns)::BIGINT AS costed_time_ns,
                100.0 * sum(p.costed_time_ns) / nullif(sum(p.kernel_time_ns), 0) AS coverage_pct,
                sum(p.flops) AS flops, sum(p.bytes) AS bytes,
-               sum(p.flops) FILTER (WHERE p.achieved_tflops IS NOT NULL)
-                   / nullif(sum(p.costed_time_ns) FILTER (WHERE p.achieved_tflops IS NOT NULL), 0) / 1e3 AS achieved_tflops,
-               sum(p.bytes) FILTER (WHERE p.achieved_tbps IS NOT NULL)
-                   / nullif(sum(p.costed_time_ns) FILTER (WHERE p.achieved_tbps IS NOT NULL), 0) / 1e3 AS achieved_tbps,
+               -- Σ FLOPs over Σ time of the kernels that have FLOPs (each rank's: its FLOPs / its rate), and bytes alike
+               sum(p.flops) / nullif(sum(p.flops / (p.achieved_tflops * 1e3)), 0) / 1e3 AS achieved_tflops,
+               sum(p.bytes) / nullif(sum(p.bytes / (p.achieved_tbps * 1e3)), 0) / 1e3 AS achieved_tbps,
                sum(p.flops) FILTER (WHERE p.arithmetic_intensity IS NOT NULL)
                    / nullif(sum(p.bytes) FILTER (WHERE p.arithmetic_intensity IS NOT NULL), 0) AS arithmetic_intensity,
                sum(p.flops) FILTER (WHERE r.compute_floor_ns > 0) / nullif(sum(r.compute_floor_ns) / 1e9, 0)
                    / any_value(g.hbm_bytes_per_s) AS ridge,
                any_value(p.bound) AS bound, any_value(p.bound_source) AS bound_source,
-               sum(r.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')::BIGINT
+               sum(p.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')::BIGINT
                    AS roofline_floor_ns,
-               CASE WHEN count(p.pct_of_roof) FILTER (WHERE p.bound_source = 'measured') > 0
-                    THEN 100.0 * sum(r.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')
-                         / nullif(sum(r.costed_time_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured'), 0)
-                    WHEN count(p.pct_of_roof) FILTER (WHERE p.bound_source = 'model') > 0
-                    THEN 100.0 * sum(a.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'model')
-                         / nullif(sum(a.model_busy_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'model'), 0)
-               END AS pct_of_roof,
+               100.0 * sum(p.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = c.roof_source)
+                   / nullif(sum(p.roof_basis_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = c.roof_source), 0)
+                   AS pct_of_roof,
                sum(a.roofline_floor_ns)::BIGINT AS roofline_ns, sum(a.kernel_inefficiency_ns)::BIGINT AS kernel_inefficiency_ns,
                sum(a.gpu_idle_ns)::BIGINT AS idle_ns, sum(a.outside_gpu_ns)::BIGINT AS outside_gpu_ns,
                any_value(a.dominant_term) AS dominant_term,
@@ -214,6 +215,7 @@ def phase_rows(con) -> list[dict[str, Any]]:
         FROM phase_summary p
         LEFT JOIN roofline_by_phase r USING (rank, phase)
         LEFT JOIN model a USING (rank, phase)
+        LEFT JOIN roof_sources c USING (phase)
         LEFT JOIN (SELECT d.rank, any_value(s.hbm_bytes_per_s) AS hbm_bytes_per_s FROM devices d
                    JOIN gpu_specs s USING (spec_id) GROUP BY d.rank) g USING (rank)
         GROUP BY p.phase""")
@@ -286,13 +288,13 @@ def _roofline(con) -> dict[str, Any]:
         ORDER BY dur_ns DESC LIMIT {ROOFLINE_KERNEL_POINTS}""")
     categories = dict_rows(con, """
         SELECT category, sum(time_ns)::BIGINT AS time_ns, sum(flops) / sum(bytes) AS arithmetic_intensity,
-               sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops,
+               sum(flops) / sum(flops / (achieved_tflops * 1e3)) / 1e3 AS achieved_tflops,
                100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
                    / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
         FROM roofline_by_category WHERE flops > 0 AND bytes > 0 GROUP BY category""")
     phases = dict_rows(con, """
         SELECT phase, sum(flops) / sum(bytes) AS arithmetic_intensity,
-               sum(flops) / sum(costed_time_ns) / 1e3 AS achieved_tflops,
+               sum(flops) / sum(flops / (achieved_tflops * 1e3)) / 1e3 AS achieved_tflops,
                100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
                    / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
         FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase""")
