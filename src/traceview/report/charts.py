@@ -14,13 +14,11 @@ import altair as alt
 import polars as pl
 
 from traceview.report import format as fmt
-from traceview.report.data import PHASE_ORDER
+from traceview.report.data import PHASE_COLORS, PHASE_ORDER
 
 WIDTH = 980
 MAX_STEP_BARS = 400  # above this, steps are averaged in buckets so the chart stays readable
 MAX_LABEL = 140  # kernel names in tooltips are cut to this many characters
-PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "train": "#e45756", "unknown": "#9d9d9d",
-                "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
 TIME_PARTS = (  # the accounting terms, in stacking order, with their colours
     ("roofline floor", "#4c78a8"),
     ("kernel inefficiency", "#e45756"),

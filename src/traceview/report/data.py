@@ -20,6 +20,9 @@ SCHEMA_VERSION = 1
 TOP_KERNELS = 25
 ROOFLINE_KERNEL_POINTS = 300
 PHASE_ORDER = ("prefill", "decode", "mixed", "train", "unknown", "empty", "other")
+# one colour per phase for the charts and the HTML tables ('none': work with no phase)
+PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "train": "#e45756", "unknown": "#9d9d9d",
+                "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
 COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
 NO_ROOF_WORDS = {
     "no_gpu_spec": "no GPU spec matched; pass --gpu",

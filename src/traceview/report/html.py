@@ -23,7 +23,7 @@ from markupsafe import Markup
 from traceview.errors import TraceviewError
 from traceview.files import user_cache_dir, write_atomically
 from traceview.report import format as fmt
-from traceview.report.data import PHASE_ORDER
+from traceview.report.data import PHASE_COLORS, PHASE_ORDER
 
 NAME = "html"
 EXTENSION = "html"
@@ -80,6 +80,7 @@ def _environment(directory: str) -> jinja2.Environment:
         duration=fmt.duration, number=fmt.number, percent=fmt.percent, size=fmt.size, tflops=fmt.tflops,
         tbps=fmt.tbps, evidence_fields=evidence_fields, evidence_rows=evidence_rows,
         evidence_columns=evidence_columns, evidence_value=evidence_value, paragraphs=paragraphs, basename=_basename,
+        phase_colors=PHASE_COLORS,
     )
     return env
 
