@@ -142,3 +142,35 @@ def test_the_grep_of_the_brief_finds_no_least_or_greatest_in_sql() -> None:
     hits = [f"{path.relative_to(REPO)}:{number}" for path in files
             for number, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
     assert hits == []
+
+
+def test_copy_and_memset_rates_stay_under_the_gpus_memory_bandwidth(trace) -> None:
+    """The report's copy figures are Σbytes/Σtime per device and kind: no GPU moves them faster than its HBM."""
+    assert violations(trace, f"""
+        SELECT m.rank, m.device_id, m.kind, coalesce(m.copy_kind, m.dst_kind) AS kind_of_copy,
+               sum(m.bytes) / sum(m.dur_ns) FILTER (WHERE m.bytes IS NOT NULL) AS gb_per_s
+        FROM memops m JOIN devices d USING (rank, device_id) JOIN gpu_specs s USING (spec_id)
+        GROUP BY ALL
+        HAVING sum(m.bytes) / sum(m.dur_ns) FILTER (WHERE m.bytes IS NOT NULL) * 1e9
+               > any_value(s.hbm_bytes_per_s) * (1 + {EPSILON})
+        """) == []
+
+
+def test_the_reports_phase_figures_stay_under_the_roof(trace) -> None:
+    """What the report prints per phase (pooled over ranks) obeys the same bounds as the tables it pools."""
+    from traceview.report.data import phase_rows
+
+    # the trace's GPUs, or with none matched the fastest GPU in hardware/
+    hbm, peak = trace.sql("""
+        SELECT coalesce(max(s.hbm_bytes_per_s), (SELECT max(hbm_bytes_per_s) FROM gpu_specs)),
+               coalesce(max(p.peak_flops), (SELECT max(peak_flops) FROM gpu_peaks))
+        FROM devices d JOIN gpu_specs s USING (spec_id) JOIN gpu_peaks p ON p.spec_id = d.spec_id""").rows()[0]
+    for phase in phase_rows(trace.con):
+        if phase["pct_of_roof"] is not None:
+            assert 0 <= phase["pct_of_roof"] <= 100 * (1 + EPSILON) and phase["bound"], phase
+        else:
+            assert phase["roofline_gap"], phase
+        if phase["achieved_tbps"] is not None:
+            assert phase["achieved_tbps"] * 1e12 <= hbm * (1 + EPSILON), phase
+        if phase["achieved_tflops"] is not None:
+            assert phase["achieved_tflops"] * 1e12 <= peak * (1 + EPSILON), phase
