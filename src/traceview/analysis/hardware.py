@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from traceview.compat import tomllib
+from traceview.resources import data_dir
 
 
 __all__ = [
@@ -128,12 +129,8 @@ class HardwareSpec:
 
 
 def default_hardware_dir() -> Path:
-    """``hardware/`` of the source tree, else the copy shipped inside the package."""
-    here = Path(__file__).resolve()
-    repo_dir = here.parents[3] / "hardware"
-    if repo_dir.is_dir():
-        return repo_dir
-    return here.parents[1] / "hardware"  # traceview/hardware/ in an installed wheel
+    """The top-level ``hardware/``, as installed (:func:`traceview.resources.data_dir`)."""
+    return data_dir("hardware")
 
 
 def load_specs(directory: str | Path | None = None) -> list[HardwareSpec]:
