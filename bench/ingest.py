@@ -12,7 +12,7 @@ Inputs (rebuilt only when missing):
     runtime row per kernel (same correlation ids, name via StringIds) and 200,000 NVTX push/pop
     ranges. Kernel names, launch configs and durations, NVTX texts and the GPU are taken at run
     time from a real export in ../shared/traces/nsys/. Written by the project's generator
-    (traceview.testing.generator.write_nsys, about a minute) when it is importable, else with
+    (traceview.testing.write_nsys, about a minute) when it is importable, else with
     sqlite3 executemany using that real export's own CREATE TABLE statements (--nsys-builder).
   * kineto: the real vLLM H100 trace from ../shared/traces/torch/ replicated 10x in time
     (ts shifted by the trace span plus a gap; correlation / External / Python / flow ids offset
@@ -172,15 +172,15 @@ def _nsys_ranges(tl: dict[str, list[int]], texts: list[str]):
 
 def _generator_available() -> bool:
     try:
-        from traceview.testing.generator import Kernel, Range, TraceSpec, write_nsys  # noqa: F401
+        from traceview.testing import Kernel, Range, TraceSpec, write_nsys  # noqa: F401
     except ImportError:
         return False
     return True
 
 
 def _write_nsys_generator(path: Path, tpl: dict, tl: dict[str, list[int]]) -> str:
-    """Write through the project's generator (traceview.testing.generator.write_nsys)."""
-    from traceview.testing.generator import GpuSpec, Kernel, Range, TraceSpec, write_nsys
+    """Write through the project's generator (traceview.testing.write_nsys)."""
+    from traceview.testing import GpuSpec, Kernel, Range, TraceSpec, write_nsys
 
     kc = {c: i for i, c in enumerate(tpl["columns"]["CUPTI_ACTIVITY_KIND_KERNEL"])}
     nc = {c: i for i, c in enumerate(tpl["columns"]["NVTX_EVENTS"])}
@@ -212,7 +212,7 @@ def _write_nsys_generator(path: Path, tpl: dict, tl: dict[str, list[int]]) -> st
                     memory_bandwidth_bytes_per_s=g[gc["memoryBandwidth"]], clock_hz=g[gc["clockRate"]],
                     l2_bytes=g[gc["l2CacheSize"]], device_id=g[gc["id"]]) for g in tpl["gpu"]]
     write_nsys(TraceSpec(gpus=gpus, kernels=kernels, ranges=ranges), path, version="2026.3")
-    return ("traceview.testing.generator.write_nsys (nsys 2026.3 schema), kernel names/launch configs and "
+    return ("traceview.testing.write_nsys (nsys 2026.3 schema), kernel names/launch configs and "
             "NVTX texts from the real export")
 
 
@@ -281,7 +281,7 @@ def build_nsys(workdir: Path, builder: str = "auto") -> tuple[Path, dict]:
     if builder == "auto":
         builder = "generator" if _generator_available() else "direct"
     elif builder == "generator" and not _generator_available():
-        sys.exit("traceview.testing.generator is not importable; use --nsys-builder direct")
+        sys.exit("traceview.testing is not importable; use --nsys-builder direct")
     target = workdir / f"nsys_{NSYS_KERNELS // 1_000_000}M_kernels_{builder}.sqlite"
     if (info := _cached(target)) is not None:
         return target, info
@@ -661,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="add one extra run per format with per-stage timers around the reader's steps")
     parser.add_argument("--nsys-builder", choices=("auto", "generator", "direct"), default="auto",
                         help="how to write the nsys input: the project's generator "
-                             "(traceview.testing.generator.write_nsys), sqlite3 executemany with the real "
+                             "(traceview.testing.write_nsys), sqlite3 executemany with the real "
                              "export's DDL, or auto (the generator when importable; default)")
     parser.add_argument("--build-only", action="store_true", help="build (or find) the inputs and stop")
     args = parser.parse_args(argv)

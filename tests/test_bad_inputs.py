@@ -96,7 +96,7 @@ BAD_FILES = {
     "truncated_gzip": ("cut.json.gz", _truncated_gzip, ["gzip"]),
     "invalid_json": ("quote.json", _invalid_json, ["invalid", "record", "byte"]),
     "json_object": ("a.json", lambda p, t: p.write_text('{"a": 1}'), ["traceEvents"]),
-    "json_list": ("list.json", lambda p, t: p.write_text("[1, 2]"), ["invalid", "record 1"]),
+    "json_list": ("list.json", lambda p, t: p.write_text("[1, 2]"), ["not a trace"]),
     "events_not_list": ("five.json", lambda p, t: p.write_text('{"traceEvents": 5}'), ["traceEvents"]),
     "gzip_bomb": ("bomb.json.gz", _gzip_bomb, ["limit", "TRACEVIEW_MAX_JSON_BYTES"]),
     "nsys_rep": ("run.nsys-rep", lambda p, t: p.write_bytes(b"\x00" * 64), ["nsys export"]),

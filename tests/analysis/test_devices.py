@@ -14,7 +14,7 @@ from traceview.analysis.hardware import load_specs
 from traceview.rules.config import RuleConfig
 from traceview.rules.engine import check
 from traceview.rules.loader import load_rules
-from traceview.testing.generator import A100_80GB, GpuSpec, Kernel, TraceSpec, write_kineto, write_nsys
+from traceview.testing import A100_80GB, GpuSpec, Kernel, TraceSpec, write_kineto, write_nsys
 
 H100 = GpuSpec("NVIDIA H100 80GB HBM3", 132, 85_045_231_616, 9, 0)
 SM80_FP32_GEMM = ("sm80_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma_aligna4_alignc4"

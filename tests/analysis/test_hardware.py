@@ -11,7 +11,7 @@ import pytest
 
 import traceview
 from traceview.analysis.hardware import DTYPES, default_hardware_dir, get_spec, load_specs, match_gpu
-from traceview.testing.generator import A100_80GB, Kernel, TraceSpec, write_kineto
+from traceview.testing import A100_80GB, Kernel, TraceSpec, write_kineto
 
 REPO = Path(__file__).resolve().parents[2]
 HARDWARE = REPO / "hardware"

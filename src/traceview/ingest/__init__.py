@@ -1,34 +1,63 @@
-"""Input formats. Each reader module exposes `sniff(path, head) -> bool` and `read(path, con, rank) -> rank`.
+"""Input formats: each reader module declares one (a `Reader`, see reader.py); READERS registers them.
 
-Adding a format is one module and one line in READERS.
+Adding a format is one module and one line in READERS: the accepted suffixes, the "not a trace" error,
+describe_formats() for the CLI help and the schema docs' mapping table all come from the declarations.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from types import ModuleType
 
 import duckdb
 
 from traceview.errors import TraceviewError
 from traceview.ingest import kineto, nsys
+from traceview.ingest.reader import Reader
 from traceview.model import db
 
-READERS: tuple[ModuleType, ...] = (nsys, kineto)
+READERS: tuple[Reader, ...] = (nsys.READER, kineto.READER)
 HEAD_BYTES = 64
-REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
-TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz", ".gz")
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
 
 
-def reader_for(path: Path) -> ModuleType:
-    """The reader that recognises the file by its first bytes (never by its extension alone)."""
-    if path.name.endswith(REPORT_SUFFIXES):
-        raise TraceviewError(
-            f"{path}: this is an Nsight Systems report; export it first: "
-            f"nsys export --type sqlite --output {path.with_suffix('.sqlite').name} {path.name}"
-        )
+def trace_suffixes() -> tuple[str, ...]:
+    """The file names a directory of per-rank traces is scanned for: every format's suffixes."""
+    return tuple(suffix for reader in READERS for suffix in reader.suffixes)
+
+
+def report_suffixes() -> tuple[str, ...]:
+    """Suffixes of the profilers' own files, which must be exported before they can be read."""
+    return tuple(suffix for reader in READERS for suffix in reader.export_first)
+
+
+def describe_formats() -> str:
+    """The formats read, with their suffixes, as one phrase (for the CLI help)."""
+    return _either(f"{reader.description} ({', '.join(reader.suffixes)})" for reader in READERS)
+
+
+def not_a_trace(path: Path) -> str:
+    """The error for a file no reader recognises: it names every format read."""
+    return f"{path}: not a trace (expected {_either(reader.description for reader in READERS)})"
+
+
+def _either(phrases: Iterable[str]) -> str:
+    phrases = list(phrases)
+    return phrases[0] if len(phrases) == 1 else f"{', '.join(phrases[:-1])} or {phrases[-1]}"
+
+
+# what other modules import; derived from READERS once it is complete
+TRACE_SUFFIXES = trace_suffixes()
+REPORT_SUFFIXES = report_suffixes()
+
+
+def reader_for(path: Path) -> Reader:
+    """The reader that recognises the file by its content (never by its extension alone)."""
+    for reader in READERS:
+        for suffix, hint in reader.export_first.items():
+            if path.name.endswith(suffix):
+                raise TraceviewError(f"{path}: {hint.format(name=path.name, stem=path.name[:-len(suffix)])}")
     try:
         with path.open("rb") as f:
             head = f.read(HEAD_BYTES)
@@ -43,14 +72,16 @@ def reader_for(path: Path) -> ModuleType:
     for reader in READERS:
         if reader.sniff(path, head):
             return reader
-    raise TraceviewError(f"{path}: not a trace (expected an Nsight Systems SQLite export or a PyTorch profiler JSON)")
+    raise TraceviewError(not_a_trace(path))
 
 
 def trace_files(directory: Path) -> list[Path]:
     """Trace files directly inside a directory of per-rank traces, in name order."""
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(TRACE_SUFFIXES))
+    suffixes = trace_suffixes()
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(suffixes))
     if not files:
-        raise TraceviewError(f"{directory}: directory holds no trace files (*.sqlite, *.json, *.json.gz)")
+        listed = ", ".join(f"*{suffix}" for suffix in suffixes)
+        raise TraceviewError(f"{directory}: directory holds no trace files ({listed})")
     return files
 
 
@@ -66,13 +97,21 @@ def ingest(path: Path, con: duckdb.DuckDBPyConnection) -> None:
         files = trace_files(path)
         for index, file in enumerate(files):
             default = _rank_from_name(file)
-            rank = reader_for(file).read(file, con, index if default is None else default)
+            rank = _load(file, con, index if default is None else default)
             _check_duplicates(con, rank)
             taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchall()[0][0]
             if taken > 1:
                 raise TraceviewError(f"{file}: rank {rank} is claimed by two traces in {path}")
     else:
-        _check_duplicates(con, reader_for(path).read(path, con, None))
+        _check_duplicates(con, _load(path, con, None))
+
+
+def _load(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None) -> int:
+    """Stage one file with its format's reader, then finish the stages the same way for every format."""
+    reader = reader_for(path)
+    rank = reader.read(path, con, rank)
+    db.finish_stages(con, rank, reader.launch_link)
+    return rank
 
 
 def _check_duplicates(con: duckdb.DuckDBPyConnection, rank: int) -> None:

@@ -22,6 +22,7 @@ from typing import BinaryIO
 import duckdb
 
 from traceview.errors import TraceviewError
+from traceview.ingest.reader import Reader
 from traceview.model import db
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -29,6 +30,8 @@ EVENTS_KEY = b'"traceEvents"'
 READ_CHUNK = 8 << 20
 TAIL_BYTES = 1 << 20
 MAX_HEAD_BYTES = 64 << 20
+SNIFF_BYTES = 1 << 20
+SNIFF_CHUNK = 64 << 10
 EPOCH_2001_US = 10**15
 MAX_JSON_BYTES_ENV = "TRACEVIEW_MAX_JSON_BYTES"
 DEFAULT_MAX_JSON_BYTES = 64 << 30  # decompressed JSON; a bigger one is almost surely a gzip bomb
@@ -84,10 +87,51 @@ ARG_PATHS = {
 
 
 def sniff(path: Path, head: bytes) -> bool:
-    if head.startswith(GZIP_MAGIC):
-        return True
-    stripped = head.lstrip()
-    return stripped.startswith(b"{") or stripped.startswith(b"[")
+    """Kineto's structure in the first SNIFF_BYTES (decompressed): a JSON object with a top-level
+    `traceEvents` array, or the legacy bare array whose first element is an event with `ph` and `ts`.
+
+    Only the values before `traceEvents` are parsed (real traces put it within the first 30 kB);
+    a gzip of anything else, a package-lock.json or any other JSON is not a trace.
+    """
+    text = _sniff_prefix(path, head).decode("utf-8", "replace")
+    i = _WHITESPACE.match(text).end()
+    try:
+        if text.startswith("[", i):
+            first, _ = _DECODER.raw_decode(text, _WHITESPACE.match(text, i + 1).end())
+            return isinstance(first, dict) and isinstance(first.get("ph"), str) and "ts" in first
+        if not text.startswith("{", i):
+            return False
+        i += 1
+        while True:
+            key, i = _DECODER.raw_decode(text, _WHITESPACE.match(text, i).end())
+            i = _WHITESPACE.match(text, i).end()
+            if not isinstance(key, str) or not text.startswith(":", i):
+                return False
+            i = _WHITESPACE.match(text, i + 1).end()
+            if key == "traceEvents":
+                return text.startswith("[", i)
+            _, i = _DECODER.raw_decode(text, i)
+            i = _WHITESPACE.match(text, i).end()
+            if not text.startswith(",", i):
+                return False
+            i += 1
+    except (ValueError, RecursionError):  # not JSON, or a value longer than the prefix
+        return False
+
+
+def _sniff_prefix(path: Path, head: bytes) -> bytes:
+    """The first SNIFF_BYTES of the JSON text; of a gzip cut short or damaged, as much as decompresses."""
+    if not head.startswith(GZIP_MAGIC):
+        with path.open("rb") as f:
+            return f.read(SNIFF_BYTES)
+    prefix = bytearray()
+    try:
+        with gzip.open(path, "rb") as f:
+            while len(prefix) < SNIFF_BYTES and (chunk := f.read(SNIFF_CHUNK)):
+                prefix += chunk
+    except (EOFError, OSError, zlib.error):
+        pass
+    return bytes(prefix[:SNIFF_BYTES])
 
 
 def _open(path: Path):
@@ -238,7 +282,7 @@ def _int_or_none(value) -> int | None:
 
 
 def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
-    """Load one Kineto trace; its rank is the trace's own `distributedInfo.rank`, else `rank`, else 0."""
+    """Stage one Kineto trace's rows; its rank is the trace's own `distributedInfo.rank`, else `rank`, else 0."""
     meta, notes = _load_event_parts(con, path)
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
     own_rank = _int_or_none(dist.get("rank"))
@@ -251,7 +295,6 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     for code, message in notes:
         db.add_diagnostic(con, rank, "ingest", "warning", code, message)
     con.execute("DROP TABLE _kineto_events")
-    db.finish_stages(con, rank, match_pid=False)
     return rank
 
 
@@ -547,3 +590,24 @@ def _add_diagnostics(con: duckdb.DuckDBPyConnection, rank: int) -> None:
         db.add_diagnostic(con, rank, "ingest", "warning", "negative_durations",
                           f"{negative} events have negative durations; they are treated as instants")
 
+
+READER = Reader(
+    name="kineto",
+    title="PyTorch profiler (Kineto)",
+    description="a PyTorch profiler JSON trace with traceEvents, plain or gzip",
+    suffixes=(".json", ".json.gz", ".gz"),
+    sniff=sniff,
+    read=read,
+    # one file is one process, and its kernels carry the GPU's pid: correlation ids alone are unique
+    launch_link=db.LaunchLink.CORRELATION,
+    sources={
+        "trace_info": "schemaVersion, distributedInfo, baseTimeNanoseconds",
+        "devices": "deviceProperties",
+        "kernels": "`kernel` events (legacy `Kernel`)",
+        "memops": "`gpu_memcpy`, `gpu_memset` (legacy `Memcpy`, `Memset`)",
+        "api_calls": "`cuda_runtime`, `cuda_driver` (legacy `Runtime`)",
+        "ranges": "`cpu_op` (legacy `Operator`), `user_annotation`, `gpu_user_annotation`, `python_function`, "
+                  "`ProfilerStep#N`",
+        "diagnostics": "missing kernel events, range-profiler mode, negative durations",
+    },
+)

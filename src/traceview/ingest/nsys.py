@@ -21,6 +21,7 @@ import duckdb
 import pyarrow as pa
 
 from traceview.errors import TraceviewError
+from traceview.ingest.reader import Reader
 from traceview.model import db
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -201,7 +202,7 @@ I64, I32, STR = pa.int64(), pa.int32(), pa.string()
 
 
 def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
-    """Load one export into the schema as `rank` (0 when not given). Returns the rank used."""
+    """Stage one export's rows as `rank` (0 when not given); returns the rank used."""
     rank = 0 if rank is None else rank
     conn = open_readonly(path)
     conn.text_factory = text = LenientText()
@@ -223,7 +224,6 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
         if text.replaced:
             db.add_diagnostic(con, rank, "ingest", "warning", "invalid_utf8",
                               f"{text.replaced} strings hold bytes that are not UTF-8; they were replaced with U+FFFD")
-        db.finish_stages(con, rank, match_pid=True)
     except sqlite3.DatabaseError as exc:
         raise TraceviewError(f"{path}: damaged SQLite export ({exc})") from None
     except UnicodeDecodeError:  # sqlite3 cannot decode the error message (or a table name) of a garbled file
@@ -448,3 +448,28 @@ def _read_diagnostics(con: duckdb.DuckDBPyConnection, export: Export, rank: int)
         [rank, "capture", DIAGNOSTIC_SEVERITIES.get(sev, "info"), "diagnostic_event", " ".join(str(text).split()), ts]
         for ts, sev, text in rows
     ])
+
+
+EXPORT_HINT = ("this is an Nsight Systems report; export it first: "
+               "nsys export --type sqlite --output {stem}.sqlite {name}")
+
+READER = Reader(
+    name="nsys",
+    title="Nsight Systems export",
+    description="an Nsight Systems SQLite export",
+    suffixes=(".sqlite",),
+    sniff=sniff,
+    read=read,
+    # correlation ids restart in every process of a capture, so only (pid, correlationId) is unique
+    launch_link=db.LaunchLink.PROCESS_AND_CORRELATION,
+    sources={
+        "trace_info": "META_DATA_EXPORT / EXPORT_META_DATA, TARGET_INFO_SESSION_START_TIME",
+        "devices": "TARGET_INFO_GPU",
+        "kernels": "CUPTI_ACTIVITY_KIND_KERNEL + StringIds",
+        "memops": "CUPTI_ACTIVITY_KIND_MEMCPY, CUPTI_ACTIVITY_KIND_MEMSET",
+        "api_calls": "CUPTI_ACTIVITY_KIND_RUNTIME (runtime and driver)",
+        "ranges": "NVTX_EVENTS (push/pop, start/end, marks; domains from registration rows)",
+        "diagnostics": "DIAGNOSTIC_EVENT rows, missing tables",
+    },
+    export_first={".nsys-rep": EXPORT_HINT, ".qdrep": EXPORT_HINT},
+)

@@ -7,7 +7,9 @@ format, so ids, range nesting and kernel-to-launch links never differ between ns
 
 from __future__ import annotations
 
+import enum
 from decimal import Decimal
+from functools import lru_cache
 from importlib import resources
 from typing import Any
 
@@ -15,6 +17,13 @@ import duckdb
 import pyarrow as pa
 
 CONTRACT_TABLES = ("trace_info", "devices", "kernels", "memops", "api_calls", "ranges", "diagnostics")
+
+
+class LaunchLink(enum.Enum):
+    """What a kernel shares with the API call that launched it, besides the rank; each reader declares one."""
+
+    PROCESS_AND_CORRELATION = "(pid, correlation id)"
+    CORRELATION = "correlation id"
 
 
 def schema_sql() -> str:
@@ -50,6 +59,13 @@ def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
     return bool(con.execute(
         "SELECT count(*) FROM information_schema.columns WHERE table_name = ? AND column_name = ?", [table, column]
     ).fetchall()[0][0])
+
+
+@lru_cache(maxsize=None)
+def contract_columns(table: str) -> tuple[str, ...]:
+    """The columns schema.sql gives `table`: what ingest writes, before any analysis joins facts on."""
+    body = schema_sql().split(f"CREATE TABLE {table} (", 1)[1].split("\n);", 1)[0]
+    return tuple(line.split()[0] for line in body.splitlines() if line.strip() and not line.strip().startswith("--"))
 
 
 def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) -> None:
@@ -97,14 +113,12 @@ def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
-def finish_kernels(con: duckdb.DuckDBPyConnection, *, match_pid: bool) -> None:
-    """Move staged kernels into kernels, each linked to its launch call.
+def finish_kernels(con: duckdb.DuckDBPyConnection, link: LaunchLink) -> None:
+    """Move staged kernels into kernels, each linked to its launch call as the reader's `link` says.
 
-    Correlation ids repeat across processes, so nsys links on (pid, correlation id); a Kineto file
-    holds one process whose kernels carry the GPU's pid, so there the link is on correlation id
-    alone and the launching process's pid replaces the GPU pid.
+    A kernel's pid becomes the launching call's pid where one is found (a reader may stage the GPU's).
     """
-    pid_match = "AND a.pid = k.pid" if match_pid else ""
+    pid_match = "AND a.pid = k.pid" if link is LaunchLink.PROCESS_AND_CORRELATION else ""
     con.execute(
         f"""
         INSERT INTO kernels
@@ -242,14 +256,14 @@ def drop_implausible_times(con: duckdb.DuckDBPyConnection, rank: int) -> None:
                        f"{dropped} events with impossible timestamps or durations (over 11 days, or past year 2096) were dropped")
 
 
-def finish_stages(con: duckdb.DuckDBPyConnection, rank: int, *, match_pid: bool) -> None:
+def finish_stages(con: duckdb.DuckDBPyConnection, rank: int, link: LaunchLink) -> None:
     """Run every format-independent load step for one rank, then drop the stages.
 
     The stages hold one rank, so ids are numbered with a plain ORDER BY: a window partitioned by
     a single rank sorts on one thread, the unpartitioned one in parallel (2.8 s -> 1.3 s, 2M kernels)."""
     drop_implausible_times(con, rank)
     finish_api_calls(con)
-    finish_kernels(con, match_pid=match_pid)
+    finish_kernels(con, link)
     finish_memops(con)
     finish_ranges(con)
     unmatched = con.execute(

@@ -1,15 +1,18 @@
 """Synthetic profiler traces in the real nsys / Kineto file formats, with known ground truth.
 
-Tests build a :class:`TraceSpec` (or use :func:`two_process_spec` /
-:func:`llm_serving_spec`), write it with :func:`write_nsys` / :func:`write_kineto`,
-and compare what an ingester reads back against :func:`summarize`.
+Tests build a :class:`TraceSpec` (spec.py; or use :func:`two_process_spec` /
+:func:`llm_serving_spec` from samples.py), write it with :func:`write_nsys` (nsys_writer.py) /
+:func:`write_kineto` (kineto_writer.py), and compare what an ingester reads back against
+:func:`summarize` (plan.py, which both writers share). A new format's writer is one more module.
 """
 
 from __future__ import annotations
 
-from traceview.testing.generator import (
-    KINETO_FLAVOURS,
-    NSYS_VERSIONS,
+from traceview.testing.kineto_writer import KINETO_FLAVOURS, write_kineto
+from traceview.testing.nsys_writer import NSYS_VERSIONS, short_kernel_name, write_nsys
+from traceview.testing.plan import summarize
+from traceview.testing.spec import (
+    A100_80GB,
     ApiCall,
     GpuSpec,
     Kernel,
@@ -18,11 +21,7 @@ from traceview.testing.generator import (
     TraceSpec,
     global_pid,
     global_tid,
-    short_kernel_name,
-    summarize,
     two_process_spec,
-    write_kineto,
-    write_nsys,
 )
 
 _SAMPLE_NAMES = ("H100_SXM", "LlamaConfig", "llm_serving_spec", "llm_serving_truth", "serving_steps")
@@ -37,6 +36,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "A100_80GB",
     "ApiCall",
     "GpuSpec",
     "H100_SXM",

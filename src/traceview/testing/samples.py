@@ -19,17 +19,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traceview.testing.generator import (
-    ApiCall,
-    GpuSpec,
-    Kernel,
-    Memop,
-    Range,
-    TraceSpec,
-    summarize,
-    write_kineto,
-    write_nsys,
-)
+from traceview.testing.kineto_writer import write_kineto
+from traceview.testing.nsys_writer import write_nsys
+from traceview.testing.plan import summarize
+from traceview.testing.spec import ApiCall, GpuSpec, Kernel, Memop, Range, TraceSpec
 
 __all__ = ["H100_SXM", "LlamaConfig", "llm_serving_spec", "serving_steps", "llm_serving_truth", "main"]
 
