@@ -35,29 +35,46 @@ class Trace:
     def __init__(self, con: duckdb.DuckDBPyConnection, source: Path):
         self.con = con
         self.source = source
-        self.analyzed = db.has_column(con, "kernels", "phase")
+        self.analysis_options = None  # what the trace was last analysed with; None: not analysed
+
+    @property
+    def analyzed(self) -> bool:
+        return self.analysis_options is not None
+
+    def _analysed_if_needed(self, run):
+        """Run a query; one that names an analysis table or column (`steps`, `kernels.phase`, ...) on a
+        trace not yet analysed runs the analysis with default options first."""
+        try:
+            return run()
+        except (duckdb.CatalogException, duckdb.BinderException) as exc:
+            if self.analyzed or not _names_analysis(str(exc)):
+                raise
+        self.analyze()
+        return run()
 
     def sql(self, query: str, params: list | dict | None = None) -> pl.DataFrame:
         """Run SQL over the schema and return a polars DataFrame (empty for statements without rows)."""
-        relation = self.con.sql(query, params=params)
+        relation = self._analysed_if_needed(lambda: self.con.sql(query, params=params))
         return relation.pl() if relation is not None else pl.DataFrame()
 
     def scalar(self, query: str, params: list | dict | None = None):
         """First value of the first row (DuckDB needs every result fetched to the end)."""
-        rows = self.con.execute(query, params).fetchall()
+        rows = self._analysed_if_needed(lambda: self.con.execute(query, params).fetchall())
         return rows[0][0] if rows else None
 
     def analyze(self, options=None, **kwargs) -> Trace:
         """Add the analysis tables (categories, GPU match, steps, phases, roofline); see docs/analysis.md.
 
-        `options` is an analysis.AnalysisOptions; keyword arguments build one.
+        `options` is an analysis.AnalysisOptions; keyword arguments build one. Analysing again with
+        other options replaces every analysis result; with the same options it does nothing.
         """
         from traceview.analysis.pipeline import AnalysisOptions, analyze
 
-        if self.analyzed:
-            return self
-        analyze(self.con, options or AnalysisOptions(**kwargs))
-        self.analyzed = True
+        options = options or AnalysisOptions(**kwargs)
+        if options != self.analysis_options:
+            self.analysis_options = None
+            analyze(self.con, options)
+            self.analysis_options = options
         return self
 
     def save(self, target: Path) -> None:
@@ -86,6 +103,13 @@ class Trace:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _names_analysis(error: str) -> bool:
+    """Whether a DuckDB catalog/binder error is about a table or column the analysis creates."""
+    from traceview.analysis.pipeline import analysis_names
+
+    return any(re.search(rf"\b{re.escape(name)}\b", error) for name in analysis_names())
 
 
 MEMORY_LIMIT = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import SHARED_TRACES, VLLM_H100, load_cached, requires_shared
 from traceview.analysis import categories
-from traceview.analysis.categories import CATEGORIES, DTYPES, classify_kernels, load_patterns
+from traceview.analysis.categories import CATEGORIES, DTYPES, classify_kernels, labelled_kernels_sql, load_patterns
 from traceview.errors import TraceviewError
 from traceview.model import db
 
@@ -30,7 +30,7 @@ def classify_names(names: list[str]) -> dict[str, tuple[str, str | None, str | N
     con.executemany("INSERT INTO kernels (rank, kernel_id, name, short_name, dur_ns) VALUES (0, ?, ?, ?, 1)",
                     [[i, n, db.short_kernel_name(n)] for i, n in enumerate(dict.fromkeys(names))])
     classify_kernels(con)
-    rows = con.execute("SELECT name, category, dtype, attention_phase_hint FROM kernels").fetchall()
+    rows = con.execute(f"SELECT name, category, dtype, attention_phase_hint FROM ({labelled_kernels_sql()})").fetchall()
     return {name: (category, dtype, hint) for name, category, dtype, hint in rows}
 
 
@@ -200,47 +200,30 @@ def test_custom_patterns_file_drives_the_labels(tmp_path) -> None:
     db.create_schema(con)
     con.execute("INSERT INTO kernels (name, short_name) VALUES ('void ns::my_mm<e4m3>(int)', 'my_mm'), ('gemm', NULL)")
     classify_kernels(con, path)
-    assert con.execute("SELECT name, category, dtype FROM kernels ORDER BY name").fetchall() == [
+    assert con.execute(f"SELECT name, category, dtype FROM ({labelled_kernels_sql()}) ORDER BY name").fetchall() == [
         ("gemm", "other", None), ("void ns::my_mm<e4m3>(int)", "gemm", "fp8")]
     assert con.execute("SELECT * FROM category_patterns").fetchall() == [(0, "gemm", "short_name", "^my_mm$", None)]
 
 
-def test_classify_keeps_columns_and_reruns() -> None:
+def test_classify_leaves_kernels_as_ingested_and_reruns() -> None:
     con = duckdb.connect()
     db.create_schema(con)
     before = [c[0] for c in con.execute("DESCRIBE kernels").fetchall()]
     con.execute("INSERT INTO kernels (name, short_name) VALUES ('ampere_sgemm_128x64_tn', 'ampere_sgemm_128x64_tn')")
     classify_kernels(con)
     classify_kernels(con)
-    after = [c[0] for c in con.execute("DESCRIBE kernels").fetchall()]
-    assert after == before + ["category", "dtype", "attention_phase_hint"]
-    assert con.execute("SELECT category, dtype FROM kernels").fetchall() == [("gemm", "fp32")]
+    assert [c[0] for c in con.execute("DESCRIBE kernels").fetchall()] == before
+    assert con.execute("SELECT category, dtype FROM kernel_name_labels").fetchall() == [("gemm", "fp32")]
     why = con.execute("""SELECT p.category FROM kernels k JOIN category_patterns p
                          ON regexp_matches(k.name, p.pattern) ORDER BY p.priority LIMIT 1""").fetchall()
     assert why == [("gemm",)]
-
-
-def test_read_only_database(tmp_path) -> None:
-    path = str(tmp_path / "t.duckdb")
-    with duckdb.connect(path) as con:
-        db.create_schema(con)
-        con.execute("INSERT INTO kernels (name, short_name) VALUES ('ampere_sgemm_128x64_tn', 'ampere_sgemm_128x64_tn')")
-    with duckdb.connect(path, read_only=True) as con, pytest.raises(TraceviewError, match="read-only"):
-        classify_kernels(con)
-    with duckdb.connect(path) as con:
-        classify_kernels(con)
-    with duckdb.connect(path, read_only=True) as con:  # saved labels are kept as they are
-        classify_kernels(con)
-        assert con.execute("SELECT category, dtype FROM kernels").fetchall() == [("gemm", "fp32")]
 
 
 # --- real traces ----------------------------------------------------------------------------------
 
 
 def classified(path):
-    trace = load_cached(path)
-    classify_kernels(trace.con)
-    return trace
+    return load_cached(path).analyze()
 
 
 def other_share(trace) -> float:

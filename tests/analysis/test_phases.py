@@ -322,6 +322,8 @@ def test_training_patterns_load_and_tiles_classify() -> None:
     import duckdb
 
     from traceview.analysis.phases import _gemm_tiles_sql, load_training_patterns
+    from traceview.analysis.categories import classify_kernels
+    from traceview.model import db
 
     patterns = load_training_patterns()
     sql, params = _gemm_tiles_sql(patterns)
@@ -336,9 +338,12 @@ def test_training_patterns_load_and_tiles_classify() -> None:
         UNTILED_GEMM: None,
     }
     con = duckdb.connect()
-    con.execute("CREATE TABLE kernels (name VARCHAR, category VARCHAR)")
-    con.executemany("INSERT INTO kernels VALUES (?, 'gemm')", [[name] for name in names])
-    con.execute("INSERT INTO kernels VALUES ('not_a_gemm_64x8', 'elementwise')")
+    db.create_schema(con)
+    con.executemany("INSERT INTO kernels (rank, kernel_id, name) VALUES (0, ?, ?)",
+                    list(enumerate([*names, "not_a_gemm_64x8"])))
+    classify_kernels(con)  # then the categories the test needs, whatever the names' own labels are
+    con.execute("UPDATE kernel_name_labels SET category = CASE WHEN name_key = 'not_a_gemm_64x8' "
+                "THEN 'elementwise' ELSE 'gemm' END")
     assert dict(con.execute(sql, params).fetchall()) == names
     assert con.execute("SELECT regexp_matches('Optimizer.zero_grad#AdamW.zero_grad', $p)", {"p": patterns.optimizer}).fetchone() == (True,)
     assert con.execute("SELECT regexp_matches('aten::linear', $p)", {"p": patterns.backward}).fetchone() == (False,)

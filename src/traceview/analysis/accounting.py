@@ -21,6 +21,8 @@ import pyarrow as pa
 from traceview.analysis.estimate import Estimate, estimate
 from traceview.analysis.hardware import HardwareSpec
 from traceview.analysis.models import ModelConfig
+from traceview.analysis.stage import Context, Relation, Stage
+from traceview.errors import TraceviewError
 
 
 @dataclass(frozen=True)
@@ -150,3 +152,35 @@ def build_step_accounting(con: duckdb.DuckDBPyConnection, options: ModelOptions 
         """
     )
     con.unregister("_costs")
+
+
+def _run(con: duckdb.DuckDBPyConnection, context: Context) -> None:
+    try:
+        build_step_accounting(con, context.model, context.gpu)
+    except ValueError as exc:
+        raise TraceviewError(f"--model {context.options.model}: {exc}") from None
+
+
+STAGE = Stage(
+    name="step_accounting",
+    doc="Where each step's wall time went: GPU busy, GPU idle inside the step's GPU span and time outside "
+        "GPU work; with `--model`, the step's ideal bytes and FLOPs, so that wall = bytes/bandwidth + "
+        "FLOPs/(peak·utilisation) + overhead.",
+    requires=("steps",),
+    creates=(
+        Relation("step_accounting", "step", {
+            "rank": "trace rank", "step_id": "`steps.step_id`", "phase": "`steps.phase`",
+            "wall_ns": "step duration", "gpu_busy_ns": "union of the step's GPU work",
+            "gpu_idle_ns": "GPU idle between the step's first and last GPU work",
+            "outside_gpu_ns": "wall time before and after the step's GPU work",
+            "model_bytes": "ideal bytes of the step (a mixed step streams weights once)",
+            "model_flops": "ideal FLOPs of the step",
+            "memory_time_ns": "bytes/bandwidth", "compute_time_ns": "FLOPs/peak",
+            "roofline_floor_ns": "max of the two: the step cannot be faster",
+            "kernel_inefficiency_ns": "GPU busy time above the floor; NULL when the floor is above the busy time "
+                                      "(the model does not describe the run)",
+            "overhead_ns": "wall − memory time − compute time (negative when they overlap)",
+            "dominant_term": "memory, compute or overhead: the largest of the three"}),
+    ),
+    run=_run,
+)

@@ -5,11 +5,8 @@ The rules live in ``categories.toml`` beside this file: two ordered lists (``[[c
 means a new library's naming grammar is a TOML edit, and the database carries the rules
 (``category_patterns``, ``dtype_patterns``) so a user can ask SQL why a kernel got its label.
 
-``classify_kernels`` adds three columns to ``kernels``:
-
-* ``category``: one of ``CATEGORIES`` (``other`` when no rule matches);
-* ``dtype``: one of ``DTYPES``, or NULL when the name does not tell the number format;
-* ``attention_phase_hint``: ``prefill`` / ``decode`` for attention kernels written for one phase.
+``classify_kernels`` labels each distinct name (``kernel_name_labels``); the labels become the
+``category``, ``dtype`` and ``attention_phase_hint`` columns of ``kernels`` (analysis/assemble.py).
 
 Matching runs in DuckDB (the same RE2 engine the patterns are validated with), once per distinct
 (name, short_name) and joined back, so millions of kernels cost what a few hundred names cost.
@@ -24,7 +21,7 @@ from pathlib import Path
 import duckdb
 
 from traceview.compat import tomllib
-from traceview.errors import TraceviewError
+from traceview.analysis.stage import Columns, Relation, Stage
 from traceview.model import db
 
 
@@ -35,6 +32,7 @@ __all__ = [
     "PHASE_HINTS",
     "Rule",
     "classify_kernels",
+    "labelled_kernels_sql",
     "load_patterns",
 ]
 
@@ -152,48 +150,70 @@ def _register_patterns(con: duckdb.DuckDBPyConnection, categories: tuple[Rule, .
                     [[r.priority, r.label, r.field, r.pattern] for r in dtypes])
 
 
-def _read_only(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(con.execute(
-        "SELECT readonly FROM duckdb_databases() WHERE database_name = current_database()"
-    ).fetchall()[0][0])
-
-
 def classify_kernels(con: duckdb.DuckDBPyConnection, path: str | Path = PATTERNS_FILE) -> None:
-    """Set kernels.category, kernels.dtype and kernels.attention_phase_hint from the kernel names.
+    """Label every distinct kernel name: `kernel_name_labels`, plus the pattern tables the labels came from.
 
-    Adds the columns if missing (re-running replaces the values) and (re)creates the
-    ``category_patterns(priority, category, field, pattern, phase_hint)`` and
-    ``dtype_patterns(priority, dtype, field, pattern)`` tables the labels came from. A saved
-    database opened read-only keeps the labels it was saved with.
+    Matching runs once per distinct (name, short_name); analysis/assemble.py joins the labels onto
+    `kernels`, so millions of kernels cost what a few hundred names cost.
     """
     categories, dtypes = load_patterns(path)
-    if _read_only(con):
-        if all(db.has_column(con, "kernels", c) for c in ("category", "dtype", "attention_phase_hint")):
-            return
-        raise TraceviewError("kernel categories: the database is read-only; load the original trace to classify it")
     _register_patterns(con, categories, dtypes)
-    for column in ("category", "dtype", "attention_phase_hint"):
-        con.execute(f"ALTER TABLE kernels ADD COLUMN IF NOT EXISTS {column} VARCHAR")
     con.execute(
         f"""
-        CREATE OR REPLACE TEMP TABLE _kernel_labels AS
+        CREATE OR REPLACE TABLE kernel_name_labels AS
         WITH names AS (SELECT DISTINCT name, short_name FROM kernels),
         matched AS (
             SELECT name, short_name, {_first_match(categories)} AS category_rule, {_first_match(dtypes)} AS dtype_rule
             FROM names
         )
         SELECT coalesce(m.name, '') AS name_key, coalesce(m.short_name, '') AS short_key,
-               coalesce(c.category, 'other') AS category, nullif(d.dtype, '{NO_DTYPE}') AS dtype, c.phase_hint
+               coalesce(c.category, 'other') AS category, nullif(d.dtype, '{NO_DTYPE}') AS dtype,
+               c.phase_hint AS attention_phase_hint
         FROM matched m
         LEFT JOIN category_patterns c ON c.priority = m.category_rule
         LEFT JOIN dtype_patterns d ON d.priority = m.dtype_rule
         """
     )
-    con.execute(
-        """
-        UPDATE kernels SET category = l.category, dtype = l.dtype, attention_phase_hint = l.phase_hint
-        FROM _kernel_labels l
-        WHERE coalesce(kernels.name, '') = l.name_key AND coalesce(kernels.short_name, '') = l.short_key
-        """
-    )
-    con.execute("DROP TABLE _kernel_labels")
+
+
+def labelled_kernels_sql() -> str:
+    """Kernels (their ingested columns) with their labels, for the stages before `kernels` is assembled."""
+    contract = ", ".join(f"k.{column}" for column in db.contract_columns("kernels"))
+    return f"""
+        SELECT {contract}, l.category, l.dtype, l.attention_phase_hint
+        FROM kernels k JOIN kernel_name_labels l
+          ON coalesce(k.name, '') = l.name_key AND coalesce(k.short_name, '') = l.short_key
+    """
+
+
+LABEL_COLUMNS = {
+    "category": "gemm, attention, conv, norm, activation, rotary, kv_cache_write, reduction_softmax, communication, "
+                "memory, sampling, fused, elementwise, moe_routing, embedding, optimizer, other (`category_patterns`)",
+    "dtype": "math dtype the name states (fp4, fp8, int8, bf16, fp16, tf32, fp32, fp64); NULL when the name does not "
+             "say (`dtype_patterns`)",
+    "attention_phase_hint": "'prefill' or 'decode' for attention kernels written for one phase only (paged_attention, "
+                            "BatchDecode, MMHA/XQA → decode; BatchPrefill, fmha_v2 context → prefill); NULL for "
+                            "kernels serving both (FlashAttention in vLLM V1)",
+}
+
+STAGE = Stage(
+    name="categories",
+    doc="Kernel category, math dtype and attention phase hint from the kernel's name "
+        "(`src/traceview/analysis/categories.toml`; the first matching pattern wins).",
+    requires=("kernels",),
+    creates=(
+        Relation("kernel_name_labels", "distinct kernel (name, short_name)", {
+            "name_key": "kernels.name ('' for NULL)", "short_key": "kernels.short_name ('' for NULL)", **LABEL_COLUMNS},
+            transient=True),
+        Relation("category_patterns", "category pattern, in priority order", {
+            "priority": "order of the pattern in categories.toml (first match wins)",
+            "category": "the label it gives", "field": "`name` or `short_name`: what the pattern is matched against",
+            "pattern": "RE2 regex", "phase_hint": "the attention phase hint it gives, if any"}),
+        Relation("dtype_patterns", "dtype pattern, in priority order", {
+            "priority": "order of the pattern in categories.toml (first match wins)",
+            "dtype": "the label it gives ('none': stop and leave dtype NULL)",
+            "field": "`name` or `short_name`", "pattern": "RE2 regex"}),
+    ),
+    adds=(Columns("kernels", LABEL_COLUMNS),),
+    run=lambda con, context: classify_kernels(con),
+)

@@ -26,18 +26,27 @@ import duckdb
 import pyarrow as pa
 
 from traceview.analysis.hardware import VENDORS, HardwareSpec, get_spec, load_specs, match_gpu
+from traceview.analysis.stage import Columns, Relation, Stage
 from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 from traceview.model import db
 
 
 ARCHITECTURES_FILE = Path(__file__).with_name("architectures.toml")
-DEVICE_COLUMNS = {
-    "spec_id": "VARCHAR",
-    "spec_source": "VARCHAR",
-    "architecture": "VARCHAR",
-    "tensor_cores": "BOOLEAN",
-    "maps_to_device_id": "INTEGER",
+DEVICE_COLUMNS = {  # column: (type, meaning)
+    "spec_id": ("VARCHAR", "matched hardware/ file id (`h100-sxm`, `a100-sxm4-40gb`, `mi300x`, ...); NULL when "
+                "unmatched (a `gpu_unknown` diagnostic says so and asks for `--gpu`)"),
+    "spec_source": ("VARCHAR", "how the spec or class was found: `name` (device name), `properties` (compute "
+                    "capability, SM count, memory), `override` (`--gpu`), `device_map` (a device id the device list "
+                    "lacks, mapped onto a listed device), `kernel_names` (no spec: class inferred from kernel names)"),
+    "architecture": ("VARCHAR", "the spec's architecture (`ampere`, `hopper`, `cdna3`, ...), or the inferred class "
+                     "(`sm80+`, `sm90+`, `cdna3+`, ...)"),
+    "tensor_cores": ("BOOLEAN", "the GPU has tensor/matrix cores (a TF32/BF16/FP16 peak above its FP32 peak, or a "
+                     "class that always has them); NULL when not known"),
+    "maps_to_device_id": ("INTEGER", "for a row added for a device id the device list lacks: the listed device "
+                          "whose properties it copies"),
+    "listed": ("BOOLEAN", "the trace's own device list has this device; false for rows the analysis added (an "
+               "unlisted id, `--gpu` for a device the trace does not describe, a class inferred from kernel names)"),
 }
 PROPERTY_COLUMNS = ("name", "compute_major", "compute_minor", "sm_count", "memory_bytes")
 EXAMPLE_CHARS = 80  # kernel names in diagnostics are cut to this length
@@ -72,20 +81,19 @@ def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSp
             override = get_spec(gpu, specs)
         except ValueError as exc:
             raise TraceviewError(f"--gpu {gpu}: {exc}") from None
-    for column, kind in DEVICE_COLUMNS.items():
-        con.execute(f"ALTER TABLE devices ADD COLUMN IF NOT EXISTS {column} {kind}")
+    _start_devices(con)
     _map_unlisted_ids(con, specs)
     if override:
         con.execute(
             f"""
-            INSERT INTO devices (rank, device_id, name)
-            SELECT rank, device_id, '' FROM ({_USED_IDS}) u
-            WHERE NOT EXISTS (SELECT 1 FROM devices d WHERE d.rank = u.rank AND d.device_id = u.device_id)
+            INSERT INTO _devices (rank, device_id, name, listed)
+            SELECT rank, device_id, '', FALSE FROM ({_USED_IDS}) u
+            WHERE NOT EXISTS (SELECT 1 FROM _devices d WHERE d.rank = u.rank AND d.device_id = u.device_id)
             """
         )
     rows = con.execute(
         "SELECT rank, device_id, maps_to_device_id, name, compute_major, compute_minor, sm_count, memory_bytes "
-        "FROM devices"
+        "FROM _devices"
     ).fetchall()
     matches = {}
     for rank, device, maps_to, name, major, minor, sms, memory in rows:
@@ -99,7 +107,7 @@ def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSp
     unknown = con.execute(
         """
         SELECT DISTINCT k.rank, k.device_id, d.name FROM kernels k
-        LEFT JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+        LEFT JOIN _devices d ON d.rank = k.rank AND d.device_id = k.device_id
         WHERE d.spec_id IS NULL
         """
     ).fetchall()
@@ -110,10 +118,24 @@ def match_devices(con: duckdb.DuckDBPyConnection, gpu: str | None) -> HardwareSp
             message = f"GPU {device} has no device name in the trace: pass --gpu NAME for roofline numbers"
         db.add_diagnostic(con, rank, "analysis", "warning", "gpu_unknown", message)
     busiest = con.execute(
-        """SELECT d.spec_id FROM kernels k JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+        """SELECT d.spec_id FROM kernels k JOIN _devices d ON d.rank = k.rank AND d.device_id = k.device_id
            WHERE d.spec_id IS NOT NULL GROUP BY d.spec_id ORDER BY sum(k.dur_ns) DESC LIMIT 1"""
     ).fetchall()
+    con.execute("CREATE OR REPLACE TABLE devices AS SELECT * FROM _devices")
+    con.execute("DROP TABLE _devices")
     return next((s for s in specs if busiest and s.id == busiest[0][0]), override)
+
+
+def _start_devices(con: duckdb.DuckDBPyConnection) -> None:
+    """`_devices`: the trace's own device rows with the analysis columns empty, to be filled and published.
+
+    Rows an earlier analysis added (`listed` false) are left out, so analysing again starts from the trace.
+    """
+    contract = ", ".join(db.contract_columns("devices"))
+    own_rows = "WHERE listed" if db.has_column(con, "devices", "listed") else ""
+    added = ", ".join(f"NULL::{kind} AS {column}" for column, (kind, _) in DEVICE_COLUMNS.items() if column != "listed")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _devices AS SELECT {contract}, {added}, TRUE AS listed "
+                f"FROM devices {own_rows}")
 
 
 def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, int], tuple[HardwareSpec, str]],
@@ -126,9 +148,9 @@ def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, in
         schema=pa.schema([("rank", pa.int32()), ("device_id", pa.int32()), ("spec_id", pa.string()),
                           ("spec_source", pa.string()), ("architecture", pa.string()), ("tensor_cores", pa.bool_())]),
     ))
-    con.execute("UPDATE devices SET spec_id = m.spec_id, spec_source = m.spec_source, architecture = m.architecture, "
+    con.execute("UPDATE _devices SET spec_id = m.spec_id, spec_source = m.spec_source, architecture = m.architecture, "
                 "tensor_cores = m.tensor_cores FROM _matches m "
-                "WHERE devices.rank = m.rank AND devices.device_id = m.device_id")
+                "WHERE _devices.rank = m.rank AND _devices.device_id = m.device_id")
     con.unregister("_matches")
     peaks = [(s.id, dtype, tflops * 1e12) for s in all_specs for dtype, tflops in s.peak_tflops.items()]
     con.register("_peaks", pa.table({
@@ -169,7 +191,7 @@ def _map_unlisted_ids(con: duckdb.DuckDBPyConnection, specs: list[HardwareSpec])
         f"""
         SELECT u.rank, list(u.device_id ORDER BY u.device_id) FILTER (WHERE d.device_id IS NULL) AS unlisted,
                list(u.device_id ORDER BY u.device_id) FILTER (WHERE d.device_id IS NOT NULL) AS used_listed
-        FROM ({_USED_IDS}) u LEFT JOIN devices d USING (rank, device_id)
+        FROM ({_USED_IDS}) u LEFT JOIN _devices d USING (rank, device_id)
         GROUP BY u.rank
         HAVING count(*) FILTER (WHERE d.device_id IS NULL) > 0
         """
@@ -177,7 +199,7 @@ def _map_unlisted_ids(con: duckdb.DuckDBPyConnection, specs: list[HardwareSpec])
     mapping = []
     for rank, unlisted, used_listed in ranks:
         listed = con.execute(
-            f"SELECT device_id, {', '.join(PROPERTY_COLUMNS)} FROM devices WHERE rank = ? ORDER BY device_id",
+            f"SELECT device_id, {', '.join(PROPERTY_COLUMNS)} FROM _devices WHERE rank = ? ORDER BY device_id",
             [rank],
         ).fetchall()
         if not listed:
@@ -209,9 +231,10 @@ def _map_unlisted_ids(con: duckdb.DuckDBPyConnection, specs: list[HardwareSpec])
     ))
     con.execute(
         """
-        INSERT INTO devices BY NAME
-        SELECT d.* EXCLUDE (device_id, maps_to_device_id), m.device_id, m.maps_to AS maps_to_device_id
-        FROM devices d JOIN _device_map m ON d.rank = m.rank AND d.device_id = m.maps_to
+        INSERT INTO _devices BY NAME
+        SELECT d.* EXCLUDE (device_id, maps_to_device_id, listed), m.device_id, m.maps_to AS maps_to_device_id,
+               FALSE AS listed
+        FROM _devices d JOIN _device_map m ON d.rank = m.rank AND d.device_id = m.maps_to
         """
     )
     con.unregister("_device_map")
@@ -236,7 +259,7 @@ def _infer_from_kernel_names(con: duckdb.DuckDBPyConnection) -> None:
         """
         WITH unknown AS (
             SELECT DISTINCT k.rank, k.device_id FROM kernels k
-            LEFT JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+            LEFT JOIN _devices d ON d.rank = k.rank AND d.device_id = k.device_id
             WHERE k.device_id IS NOT NULL AND d.spec_id IS NULL
         ),
         names AS (
@@ -272,11 +295,11 @@ def _infer_from_kernel_names(con: duckdb.DuckDBPyConnection) -> None:
     con.unregister("_arch_classes")
     con.unregister("_arch_patterns")
     for rank, device, pick in inferred:
-        exists = con.execute("SELECT count(*) FROM devices WHERE rank = ? AND device_id = ?", [rank, device]).fetchall()
+        exists = con.execute("SELECT count(*) FROM _devices WHERE rank = ? AND device_id = ?", [rank, device]).fetchall()
         if not exists[0][0]:
-            con.execute("INSERT INTO devices (rank, device_id, name) VALUES (?, ?, '')", [rank, device])
+            con.execute("INSERT INTO _devices (rank, device_id, name, listed) VALUES (?, ?, '', FALSE)", [rank, device])
         con.execute(
-            "UPDATE devices SET spec_source = 'kernel_names', architecture = ?, tensor_cores = ? "
+            "UPDATE _devices SET spec_source = 'kernel_names', architecture = ?, tensor_cores = ? "
             "WHERE rank = ? AND device_id = ?", [pick["a"], pick["t"], rank, device])
         cores = {True: "with tensor/matrix cores", False: "without tensor/matrix cores",
                  None: "tensor cores not known"}[pick["t"]]
@@ -302,3 +325,27 @@ def load_architectures(path: Path = ARCHITECTURES_FILE) -> tuple[tuple[Architect
         if pattern.capture == (pattern.level is not None):
             raise ValueError(f"{path.name}: pattern {pattern.pattern!r} needs either capture = true or a level")
     return tuple(sorted(classes, key=lambda c: (c.vendor, c.level))), patterns
+
+
+STAGE = Stage(
+    name="devices",
+    doc="Which GPU ran each kernel: every (rank, device_id) that kernels or memops use gets a `devices` row, "
+        "matched to a hardware/ spec where the trace says enough (or `--gpu`), else classed by its kernel names.",
+    requires=("devices", "kernels", "memops"),
+    creates=(
+        Relation("gpu_specs", "file in hardware/", {
+            "spec_id": "the file's id", "name": "marketing name", "vendor": "nvidia or amd",
+            "architecture": "ampere, hopper, cdna3, ...", "hbm_bytes_per_s": "peak HBM bandwidth, bytes/s",
+            "memory_bytes": "device memory", "sm_count": "SMs or CUs",
+            "l2_bytes": "L2 size; NULL where hardware/ has no sourced number",
+            "l2_bytes_per_s": "peak L2 bandwidth; NULL where hardware/ has no sourced number"}),
+        Relation("gpu_peaks", "(spec, dtype) with a published dense peak", {
+            "spec_id": "`gpu_specs.spec_id`", "dtype": "fp64 ... fp4", "peak_flops": "dense peak, FLOP/s"}),
+        Relation("architecture_specs", "(inferred class, spec it can be)", {
+            "architecture": "an inferred class (`sm80+`, `cdna3+`, ...)",
+            "spec_id": "a hardware/ spec of that class; rules that need a number without a spec take the least "
+                       "favourable one (TV301: the smallest FP32 → TF32/BF16/FP16 speed-up)"}),
+    ),
+    adds=(Columns("devices", {column: meaning for column, (_, meaning) in DEVICE_COLUMNS.items()}),),
+    run=lambda con, context: setattr(context, "gpu", match_devices(con, context.options.gpu)),
+)

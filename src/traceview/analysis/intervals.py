@@ -1,30 +1,42 @@
 """Interval arithmetic in SQL: busy time as the union of overlapping GPU activity.
 
 Summing kernel durations double-counts kernels that overlap on different streams; the busy time of a
-GPU is the length of the union of its activity intervals, computed here with window functions
-(no Python loop, exact integer nanoseconds, no timestamp rounding).
+GPU is the length of the union of its activity intervals. Everything here rests on one window,
+`prev_end_ns`: the latest end among the intervals that started before this one. An interval that
+starts after it opens a new island (and closes an idle gap). No Python loop, exact integer
+nanoseconds, no timestamp rounding. This is the only place that window is written.
 """
 
 from __future__ import annotations
 
 
-def busy_islands_sql(source: str, keys: tuple[str, ...]) -> str:
-    """SQL yielding (keys..., lo, hi): maximal non-overlapping busy intervals of `source` per key.
+def with_prev_end_sql(source: str, keys: tuple[str, ...]) -> str:
+    """SQL yielding every row of `source` plus `prev_end_ns`, per key (NULL for the first interval).
 
-    `source` must expose the key columns plus start_ns and end_ns. Intervals that touch merge.
+    `source` must expose the key columns plus start_ns and end_ns. An interval with
+    start_ns > prev_end_ns ends an idle gap [prev_end_ns, start_ns) of its key.
+    """
+    key_list = ", ".join(keys)
+    return f"""
+        SELECT *, max(end_ns) OVER (PARTITION BY {key_list} ORDER BY start_ns, end_ns
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+        FROM ({source})
+    """
+
+
+def busy_islands_sql(source: str, keys: tuple[str, ...], merge_gap_ns: str = "0") -> str:
+    """SQL yielding (keys..., lo, hi): maximal busy intervals of `source` per key.
+
+    Intervals that overlap or touch merge; so do intervals separated by at most `merge_gap_ns`
+    (an SQL expression, e.g. a parameter), which turns islands into bursts of work.
     """
     key_list = ", ".join(keys)
     return f"""
         SELECT {key_list}, min(start_ns) AS lo, max(end_ns) AS hi
         FROM (
-            SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+            SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR start_ns - prev_end_ns > {merge_gap_ns} THEN 1 ELSE 0 END)
                       OVER (PARTITION BY {key_list} ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-            FROM (
-                SELECT {key_list}, start_ns, end_ns,
-                       max(end_ns) OVER (PARTITION BY {key_list} ORDER BY start_ns, end_ns
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                FROM ({source})
-            )
+            FROM ({with_prev_end_sql(f"SELECT {key_list}, start_ns, end_ns FROM ({source})", keys)})
         )
         GROUP BY {key_list}, island
     """

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import duckdb
 
+from traceview.analysis.stage import Relation, Stage
 from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 
@@ -221,3 +222,26 @@ def build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...]
         WHERE c.cost_model IS NOT NULL OR c.recorded_flops IS NOT NULL
         """
     )
+
+
+STAGE = Stage(
+    name="op_costs",
+    doc="Ideal DRAM bytes and useful FLOPs of every op range whose inputs the trace records, from the cost "
+        "models in `src/traceview/analysis/op_costs.toml` (*Cost models* above).",
+    requires=("ranges",),
+    creates=(
+        Relation("op_costs", "op range an op_costs.toml entry (or the profiler's own FLOP count) costs", {
+            "rank": "trace rank", "range_id": "the op's `ranges.range_id`", "kind": "copied from `ranges`",
+            "pid": "copied from `ranges`", "tid": "copied from `ranges`", "start_ns": "copied from `ranges`",
+            "end_ns": "copied from `ranges`", "external_id": "copied from `ranges`",
+            "op": "op name (`aten::mm`); for NVTX the text before the first comma",
+            "flops": "FLOPs of matmul-like ops (or the recorded value); NULL for others",
+            "bytes": "bytes read and written, when every input's type is known",
+            "elements": "elements read and written",
+            "input_dtype": "dtype of the first input",
+            "seq_len": "S of a `[B, S, H]` linear/matmul input (1 in decode)",
+            "cost_model": "the op_costs.toml entry that costed the op (`mm`, `sdpa`, `kv_cache_write`, ...), "
+                          "or `profiler`"}),
+    ),
+    run=lambda con, context: build_op_costs(con),
+)

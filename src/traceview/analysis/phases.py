@@ -18,7 +18,9 @@ from importlib import resources
 import duckdb
 import pyarrow as pa
 
+from traceview.analysis.categories import labelled_kernels_sql
 from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
+from traceview.analysis.stage import Columns, Relation, Stage
 from traceview.compat import tomllib
 from traceview.model import db
 
@@ -214,21 +216,13 @@ def _keep_outermost(con: duckdb.DuckDBPyConnection) -> None:
 
 def _add_gap_windows(con: duckdb.DuckDBPyConnection, gap_ns: int) -> None:
     """Fallback: a step is a burst of GPU work; an idle gap longer than `gap_ns` ends it."""
+    bursts = busy_islands_sql(f"SELECT rank, start_ns, end_ns FROM kernels WHERE {_ranks_without_windows()}",
+                              ("rank",), merge_gap_ns="$gap")
     con.execute(
         f"""
         INSERT INTO _step_windows
-        SELECT rank, NULL, NULL, min(start_ns), max(end_ns), 'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM (
-            SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns - prev_end > $gap THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY rank ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS burst
-            FROM (
-                SELECT rank, start_ns, end_ns,
-                       max(end_ns) OVER (PARTITION BY rank ORDER BY start_ns, end_ns
-                                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-                FROM kernels WHERE {_ranks_without_windows()}
-            )
-        )
-        GROUP BY rank, burst
+        SELECT rank, NULL, NULL, lo, hi, 'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM ({bursts})
         """,
         {"gap": gap_ns},
     )
@@ -274,22 +268,50 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
         GROUP BY ALL
         """
     )
-    for table in ("kernels", "memops"):
-        con.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS step_id BIGINT")
-        con.execute(f"UPDATE {table} SET step_id = NULL")
+    for table, key in (("kernels", "kernel_id"), ("memops", "memop_id")):
+        # the step whose window holds the launch call; a burst window (gpu_gap) holds the work itself
         con.execute(
             f"""
-            UPDATE {table} SET step_id = c.step_id FROM _step_calls c
-            WHERE {table}.rank = c.rank AND {table}.pid = c.pid AND {table}.correlation_id = c.correlation_id
+            CREATE OR REPLACE TABLE {table[:-1]}_steps AS
+            WITH by_call AS (
+                SELECT t.rank, t.{key}, c.step_id FROM {table} t
+                JOIN _step_calls c ON t.rank = c.rank AND t.pid = c.pid AND t.correlation_id = c.correlation_id
+            ),
+            by_burst AS (
+                SELECT t.rank, t.{key}, w.step_id
+                FROM {table} t ASOF JOIN (SELECT * FROM _numbered_windows WHERE source = 'gpu_gap') w
+                  ON t.rank = w.rank AND t.start_ns >= w.start_ns
+                WHERE t.end_ns <= w.end_ns
+            )
+            SELECT rank, {key}, CASE WHEN b.step_id IS NULL THEN c.step_id ELSE b.step_id END AS step_id
+            FROM by_call c FULL JOIN by_burst b USING (rank, {key})
             """
         )
-        con.execute(
-            f"""
-            UPDATE {table} SET step_id = w.step_id FROM _numbered_windows w
-            WHERE w.source = 'gpu_gap' AND {table}.rank = w.rank
-              AND {table}.start_ns >= w.start_ns AND {table}.end_ns <= w.end_ns
-            """
-        )
+    memop_columns = ", ".join(f"m.{column}" for column in db.contract_columns("memops"))
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _phase_memops AS
+        SELECT {memop_columns}, s.step_id FROM memops m JOIN memop_steps s USING (rank, memop_id) WHERE s.step_id IS NOT NULL
+        """
+    )
+
+
+def _stepped_kernels(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns) -> None:
+    """`_phase_kernels`: the kernels of steps with what phase evidence needs, names left behind (the
+    GEMM tile is read once per distinct name instead)."""
+    tiles, tile_params = _gemm_tiles_sql(patterns)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _phase_kernels AS
+        WITH tiles AS ({tiles})
+        SELECT k.rank, k.kernel_id, s.step_id, k.start_ns, k.end_ns, k.dur_ns, k.launch_kind,
+               k.launch_call_id, k.category, k.attention_phase_hint, t.tile
+        FROM ({labelled_kernels_sql()}) k JOIN kernel_steps s USING (rank, kernel_id)
+        LEFT JOIN tiles t USING (name)  -- the token-side tile, read once per distinct GEMM kernel name
+        WHERE s.step_id IS NOT NULL
+        """,
+        tile_params,
+    )
 
 
 def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns) -> None:
@@ -325,13 +347,11 @@ def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatter
         work AS (
             SELECT k.rank, k.step_id, 'kernel' AS work, k.kernel_id AS work_id, k.start_ns, k.end_ns,
                    k.category = 'optimizer' AS optimizer_kernel, a.pid, a.tid, a.start_ns AS call_ns
-            FROM kernels k LEFT JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
-            WHERE k.step_id IS NOT NULL
+            FROM _phase_kernels k LEFT JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
             UNION ALL
             SELECT m.rank, m.step_id, 'memop', m.memop_id, m.start_ns, m.end_ns, FALSE, c.pid, c.tid, c.call_ns
-            FROM memops m LEFT JOIN memop_calls c
+            FROM _phase_memops m LEFT JOIN memop_calls c
               ON c.rank = m.rank AND c.pid = m.pid AND c.correlation_id = m.correlation_id
-            WHERE m.step_id IS NOT NULL
         ),
         -- a call is inside some backward (optimizer) range iff it is inside the union of those ranges on
         -- its thread: the union's islands are disjoint, so an ASOF join finds the only candidate
@@ -379,7 +399,7 @@ def _gemm_tiles_sql(patterns: TrainingPatterns) -> tuple[str, dict[str, str]]:
                    CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a < b THEN b ELSE a END AS high
             FROM (SELECT name, regexp_matches(name, $skinny) AS skinny,
                          CASE {' '.join(sides[1])} END AS a, CASE {' '.join(sides[2])} END AS b
-                  FROM (SELECT DISTINCT name FROM kernels WHERE category = 'gemm'))
+                  FROM (SELECT DISTINCT name FROM ({labelled_kernels_sql()}) WHERE category = 'gemm'))
         )"""
     return sql, params
 
@@ -389,15 +409,15 @@ def _user_mapping_sql(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple
     con.register("_phase_map", pa.table({"phase": [p for p, _ in phase_kernels], "pattern": [r for _, r in phase_kernels]},
                                         schema=pa.schema([("phase", pa.string()), ("pattern", pa.string())])))
     return """
-        SELECT k.rank, k.step_id,
+        SELECT p.rank, p.step_id,
                CASE WHEN count(DISTINCT m.phase) > 1 THEN 'mixed' ELSE any_value(m.phase) END AS user_phase
-        FROM kernels k JOIN _phase_map m ON regexp_matches(k.name, m.pattern)
-        WHERE k.step_id IS NOT NULL GROUP BY ALL
+        FROM _phase_kernels p JOIN kernels k USING (rank, kernel_id)
+        JOIN _phase_map m ON regexp_matches(k.name, m.pattern)
+        GROUP BY ALL
     """
 
 
-def _build_steps(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns,
-                 phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
+def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
     """The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens.
 
     Steps that run both a decode-only and a prefill-only attention kernel are not called mixed from
@@ -406,39 +426,33 @@ def _build_steps(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns,
     trace's decode steps) and decode attention doing decode-step work; else the phase the evidence
     supports, at a lower confidence.
     """
-    hint = "attention_phase_hint" if db.has_column(con, "kernels", "attention_phase_hint") else "NULL::VARCHAR"
-    tiles, tile_params = _gemm_tiles_sql(patterns)
-    shapes = (
-        """SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
-           FROM _numbered_windows w JOIN op_costs o
-             ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
-            AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns AND o.seq_len IS NOT NULL
-           GROUP BY ALL"""
-        if db.has_column(con, "op_costs", "seq_len")
-        else "SELECT NULL::INTEGER AS rank, NULL::BIGINT AS step_id, NULL::BIGINT AS min_seq_len, NULL::BIGINT AS max_seq_len"
-    )
+    shapes = """
+        SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
+        FROM _numbered_windows w JOIN op_costs o
+          ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
+         AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns AND o.seq_len IS NOT NULL
+        GROUP BY ALL"""
     busy = busy_time_sql("SELECT rank, step_id, start_ns, end_ns FROM _step_work", ("rank", "step_id"))
     role_busy = busy_time_sql("SELECT rank, step_id, train_role, start_ns, end_ns FROM _step_work",
                               ("rank", "step_id", "train_role"))
     con.execute(
         f"""
         CREATE OR REPLACE TABLE steps AS
-        WITH tiles AS ({tiles}),  -- the token-side tile, read once per distinct GEMM kernel name
-        work AS (
+        WITH work AS (
             SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
                    count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
-                   count(*) FILTER (WHERE {hint} = 'decode') AS decode_attention,
-                   count(*) FILTER (WHERE {hint} = 'prefill') AS prefill_attention,
-                   sum(k.dur_ns) FILTER (WHERE {hint} = 'decode') AS decode_attention_ns,
+                   count(*) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention,
+                   count(*) FILTER (WHERE attention_phase_hint = 'prefill') AS prefill_attention,
+                   sum(k.dur_ns) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention_ns,
                    sum(k.dur_ns) FILTER (WHERE k.category = 'gemm') AS gemm_ns,
-                   sum(k.dur_ns) FILTER (WHERE t.tile = 'small') AS gemm_small_tile_ns,
-                   sum(k.dur_ns) FILTER (WHERE t.tile = 'large') AS gemm_large_tile_ns
-            FROM kernels k LEFT JOIN tiles t USING (name)
-            WHERE k.step_id IS NOT NULL GROUP BY ALL
+                   sum(k.dur_ns) FILTER (WHERE k.tile = 'small') AS gemm_small_tile_ns,
+                   sum(k.dur_ns) FILTER (WHERE k.tile = 'large') AS gemm_large_tile_ns
+            FROM _phase_kernels k
+            GROUP BY ALL
         ),
         memwork AS (
             SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
-            FROM memops WHERE step_id IS NOT NULL GROUP BY ALL
+            FROM _phase_memops GROUP BY ALL
         ),
         roles AS (
             SELECT rank, step_id,
@@ -556,26 +570,13 @@ def _build_steps(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns,
                CASE WHEN final.p = 'train' AND optimizer_work > 0 THEN optimizer_ns END AS train_optimizer_ns
         FROM resolved
         ORDER BY rank, step_id
-        """,
-        tile_params,
-    )
-
-
-def _label_kernels(con: duckdb.DuckDBPyConnection) -> None:
-    """Each kernel takes its step's phase; work launched outside any step is 'other'."""
-    con.execute("ALTER TABLE kernels ADD COLUMN IF NOT EXISTS phase VARCHAR")
-    con.execute("UPDATE kernels SET phase = 'other'")
-    con.execute(
-        """
-        UPDATE kernels SET phase = s.phase FROM steps s
-        WHERE kernels.rank = s.rank AND kernels.step_id = s.step_id
         """
     )
 
 
 def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None, gap_ns: int = DEFAULT_GAP_NS,
                   phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
-    """Build `steps` and add kernels.step_id / kernels.phase (and memops.step_id).
+    """Build `steps`, `kernel_steps` and `memop_steps` (the step each kernel and memop belongs to).
 
     `phase_kernels` maps phases to kernel-name regexes the user knows belong to them.
     """
@@ -590,9 +591,73 @@ def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = No
     _add_gap_windows(con, gap_ns)
     _assign_work(con)
     patterns = load_training_patterns()
+    _stepped_kernels(con, patterns)
     _mark_training_work(con, patterns)
-    _build_steps(con, patterns, phase_kernels)
-    _label_kernels(con)
-    for table in ("_step_windows", "_numbered_windows", "_step_calls", "_step_work"):
+    _build_steps(con, phase_kernels)
+    for table in ("_step_windows", "_numbered_windows", "_step_calls", "_step_work", "_phase_kernels", "_phase_memops"):
         con.execute(f"DROP TABLE IF EXISTS {table}")
     con.unregister("_phase_map")
+
+
+STEP_COLUMNS = {
+    "rank": "trace rank",
+    "step_id": "step number within the rank, in time order from 0",
+    "phase": "train, prefill, decode, mixed, empty or unknown (above)",
+    "phase_source": "evidence that decided the phase: `training:backward`, `training:optimizer`, "
+                    "`training:backward+optimizer`, `annotation:<grammar>`, `no_gpu_work`, `user_mapping` "
+                    "(`--phase-kernel`; both phases matched → mixed), `input_shapes` (linear inputs `[B, S, H]`: "
+                    "S = 1 decode, S > 1 prefill), `attention_kernels` (phase-only attention kernels), "
+                    "`attention_kernels+decode_work`, `attention_kernels+gemm_tiles`, `attention_kernels+gemm_time` "
+                    "(both attention flavours, settled by GEMMs), `cuda_graph` (graph replays, next to eager steps), "
+                    "`eager_vs_graph` (an eager step in a trace whose other steps replay graphs), `no_evidence`",
+    "confidence": "1.0 annotation or no GPU work; 0.95 backward; 0.9 user mapping; 0.85 optimizer alone; 0.8 "
+                  "shapes, phase-only attention; 0.7 graph vs eager; 0.6 graphs alone, or both attention flavours "
+                  "settled by GEMMs (0.5 decode from tiles, 0.4 by the prefill kernel alone); 0 unknown",
+    "start_ns": "the step from the earliest of its window and GPU work",
+    "end_ns": "... to the latest",
+    "gpu_time_ns": "GPU busy time of the step: the union of its kernels' and memops' intervals (overlaps counted once)",
+    "kernels": "kernels the step launched",
+    "prefill_tokens": "new prefill tokens in the step, from the annotation (NULL when unknown)",
+    "decode_tokens": "new decode tokens in the step, from the annotation (NULL when unknown)",
+    "prefill_requests": "prefill requests, from the annotation",
+    "decode_requests": "decode requests, from the annotation",
+    "prefill_context_tokens": "Σ prefill context lengths including the new tokens (vLLM detailed annotation `sk`)",
+    "decode_context_tokens": "Σ decode context lengths including the new tokens",
+    "name": "the window's range name",
+    "step_source": "where the window came from: `user_regex`, `annotation:<grammar>`, `execute_model`, "
+                   "`profiler_step`, `gpu_gap`",
+    "cpu_start_ns": "the host window's start",
+    "cpu_end_ns": "the host window's end",
+    "gpu_start_ns": "first start of the step's GPU work",
+    "gpu_end_ns": "last end of the step's GPU work",
+    "graph_kernels": "kernels replayed from CUDA/HIP graphs",
+    "memops": "memcpys and memsets the step issued",
+    "train_forward_ns": "train steps with known backward: busy time of the rest (forward, loss, input copies; an "
+                        "optimizer with neither annotation nor optimizer kernels counts here); NULL otherwise. The "
+                        "three overlap where streams run concurrently, so they can sum above `gpu_time_ns`",
+    "train_backward_ns": "train steps: GPU busy time of the backward work; NULL when no launch was attributed to "
+                         "backward",
+    "train_optimizer_ns": "train steps: GPU busy time of the optimizer work; NULL when nothing marks it (no "
+                          "annotation, no optimizer kernel)",
+}
+STEP_ID = "the step whose launch call started this work (`steps.step_id`); NULL when launched outside every step"
+
+STAGE = Stage(
+    name="steps",
+    doc="Steps (engine iterations, forward passes, training iterations), their phase with its evidence, and "
+        "the step each kernel and memop belongs to.",
+    requires=("kernels", "memops", "api_calls", "ranges", "kernel_name_labels", "op_costs"),
+    creates=(
+        Relation("steps", "step", STEP_COLUMNS),
+        Relation("kernel_steps", "kernel", {"rank": "trace rank", "kernel_id": "`kernels.kernel_id`",
+                                            "step_id": STEP_ID}, transient=True),
+        Relation("memop_steps", "memop", {"rank": "trace rank", "memop_id": "`memops.memop_id`",
+                                          "step_id": STEP_ID}, transient=True),
+    ),
+    adds=(Columns("kernels", {"step_id": STEP_ID,
+                              "phase": "the step's phase; 'other' for work launched outside any step"}),
+          Columns("memops", {"step_id": STEP_ID})),
+    run=lambda con, context: segment_steps(con, step_regex=context.options.step_regex,
+                                           gap_ns=context.options.step_gap_ns,
+                                           phase_kernels=context.options.phase_kernels),
+)

@@ -1,6 +1,7 @@
 """The analysis pipeline: what each kernel is, which GPU ran it, which step and phase it belongs to,
 and how close it runs to the roof. Every result lands as tables, columns and views in the trace's
-database (docs/analysis.md), so rules and reports read them with SQL.
+database (docs/analysis.md), so rules and reports read them with SQL. The stages and what each
+reads and creates are declared in their modules (analysis/stage.py); this module only orders them.
 """
 
 from __future__ import annotations
@@ -9,8 +10,9 @@ from dataclasses import dataclass
 
 import duckdb
 
-from traceview.analysis import accounting, categories, devices, op_costs, phases, roofline
+from traceview.analysis import accounting, activity, assemble, categories, devices, op_costs, phases, roofline
 from traceview.analysis.models import load_model
+from traceview.analysis.stage import Context, Stage, run_stages
 from traceview.errors import TraceviewError
 
 
@@ -39,23 +41,35 @@ class AnalysisOptions:
         return accounting.ModelOptions(model, self.dtype, self.tp, self.batch, self.context, self.utilization)
 
 
+# In dependency order; each stage declares what it reads and creates (docs/analysis.md is built from them).
+STAGES: tuple[Stage, ...] = (
+    categories.STAGE,
+    devices.STAGE,
+    op_costs.STAGE,
+    roofline.COSTS_STAGE,
+    phases.STAGE,
+    assemble.STAGE,
+    roofline.VIEWS_STAGE,
+    accounting.STAGE,
+    roofline.SUMMARY_STAGE,
+    activity.STAGE,
+)
+
+
+def analysis_names() -> frozenset[str]:
+    """Every relation the stages create and every column they add to a schema table."""
+    return frozenset(name for stage in STAGES for name in (
+        *(relation.name for relation in stage.creates if not relation.transient),
+        *(column for added in stage.adds for column in added.columns)))
+
+
 def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisOptions()) -> None:
-    """Run every analysis over an ingested trace, in dependency order."""
+    """Run every analysis stage over an ingested trace; analysing again replaces the previous results."""
     model = options.model_options()
     for pattern in (options.step_regex, *(regex for _, regex in options.phase_kernels)):
         _check_regex(con, pattern)
-    categories.classify_kernels(con)
-    gpu = devices.match_devices(con, options.gpu)
-    op_costs.build_op_costs(con)
-    roofline.cost_kernels(con)
-    phases.segment_steps(con, step_regex=options.step_regex, gap_ns=options.step_gap_ns,
-                         phase_kernels=options.phase_kernels)
-    roofline.build_roofline_views(con)
-    try:
-        accounting.build_step_accounting(con, model, gpu)
-    except ValueError as exc:
-        raise TraceviewError(f"--model {options.model}: {exc}") from None
-    roofline.build_phase_summary(con)
+    con.execute("DELETE FROM diagnostics WHERE source = 'analysis'")
+    run_stages(con, STAGES, Context(options, model))
 
 
 def _check_regex(con: duckdb.DuckDBPyConnection, pattern: str | None) -> None:

@@ -12,14 +12,23 @@ from __future__ import annotations
 import duckdb
 import pyarrow as pa
 
-from traceview.model import db
+from traceview.analysis.categories import labelled_kernels_sql
+from traceview.analysis.stage import Columns, Relation, Stage
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
 # Categories whose FLOPs run on tensor cores; everything else is judged against bandwidth only.
 MATH_CATEGORIES = ("gemm", "attention")
 
-COST_COLUMNS = (("flops", "DOUBLE"), ("bytes", "DOUBLE"), ("cost_op", "VARCHAR"), ("cost_dtype", "VARCHAR"),
-                ("op_range_id", "BIGINT"), ("cost_status", "VARCHAR"))
+COST_COLUMNS = {
+    "flops": "useful FLOPs of the kernel: its launching op's FLOPs shared among the op's kernels by time; NULL "
+             "without shapes, and NULL when the cost was rejected as physically impossible",
+    "bytes": "ideal DRAM bytes, shared the same way (inputs read once, output written once); NULL as for `flops`",
+    "cost_op": "the op the costs come from (`aten::addmm`, ...)",
+    "cost_dtype": "dtype whose peak judges the kernel: the name's dtype, else the op's first input type",
+    "op_range_id": "`ranges.range_id` of that op",
+    "cost_status": "the physics check of the modelled cost (docs/analysis.md, *Physics*): `accepted`, "
+                   "`l2_resident`, `rejected_compute`, `rejected_memory`; NULL when no cost model applied",
+}
 
 
 def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
@@ -33,9 +42,6 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
     the implied rate and the time left uncosted. A kernel whose GPU has no spec is judged against the
     fastest GPU in hardware/, so no number leaves that no GPU could produce.
     """
-    for column, sql_type in COST_COLUMNS:
-        con.execute(f"ALTER TABLE kernels ADD COLUMN IF NOT EXISTS {column} {sql_type}")
-    dtype = "k.dtype" if db.has_column(con, "kernels", "dtype") else "NULL"
     con.register("_dtype_bytes", pa.table({"dtype": list(DTYPE_BYTES), "size": [float(v) for v in DTYPE_BYTES.values()]}))
     con.execute(
         """
@@ -66,15 +72,15 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TEMP TABLE _judged_costs AS
         WITH modelled AS (
             SELECT ko.rank, ko.kernel_id, ko.range_id, o.op, k.device_id, k.dur_ns,
-                   coalesce({dtype}, o.input_dtype) AS cost_dtype,
+                   coalesce(k.dtype, o.input_dtype) AS cost_dtype,
                    o.flops * k.dur_ns / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS flops,
                    -- moved elements become bytes only where the element size is known (no fp32 guess)
                    coalesce(o.bytes, o.elements * ds.size) * k.dur_ns
                        / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS bytes
             FROM _kernel_ops ko
             JOIN op_costs o USING (rank, range_id)
-            JOIN kernels k ON k.rank = ko.rank AND k.kernel_id = ko.kernel_id
-            LEFT JOIN _dtype_bytes ds ON ds.dtype = coalesce({dtype}, o.input_dtype)
+            JOIN ({labelled_kernels_sql()}) k ON k.rank = ko.rank AND k.kernel_id = ko.kernel_id
+            LEFT JOIN _dtype_bytes ds ON ds.dtype = coalesce(k.dtype, o.input_dtype)
             WHERE k.dur_ns > 0
         ),
         fastest AS (
@@ -106,12 +112,12 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
     )
     con.execute(
         """
-        UPDATE kernels SET cost_op = c.op, cost_dtype = c.cost_dtype, op_range_id = c.range_id,
-                           cost_status = c.cost_status,
-                           flops = CASE WHEN c.cost_status IN ('accepted', 'l2_resident') THEN c.flops END,
-                           bytes = CASE WHEN c.cost_status IN ('accepted', 'l2_resident') THEN c.bytes END
-        FROM _judged_costs c
-        WHERE kernels.rank = c.rank AND kernels.kernel_id = c.kernel_id
+        CREATE OR REPLACE TABLE kernel_costs AS
+        SELECT rank, kernel_id,
+               CASE WHEN cost_status IN ('accepted', 'l2_resident') THEN flops END AS flops,
+               CASE WHEN cost_status IN ('accepted', 'l2_resident') THEN bytes END AS bytes,
+               op AS cost_op, cost_dtype, range_id AS op_range_id, cost_status
+        FROM _judged_costs
         """
     )
     con.execute(
@@ -196,13 +202,12 @@ def build_roofline_views(con: duckdb.DuckDBPyConnection) -> None:
     their per-kernel figures, against the L2 bandwidth where it is published, but stay out of the
     aggregates, whose bandwidth is HBM bandwidth.
     """
-    category = "k.category" if db.has_column(con, "kernels", "category") else "NULL::VARCHAR"
     con.execute(
         f"""
         CREATE OR REPLACE VIEW _roofline_input AS
         WITH terms AS (
-            SELECT k.rank, k.kernel_id, k.step_id, k.phase, {category} AS category, k.name, k.dur_ns, k.cost_status,
-                   CASE WHEN {category} IN {MATH_CATEGORIES} THEN k.flops END AS flops, k.bytes, k.cost_dtype,
+            SELECT k.rank, k.kernel_id, k.step_id, k.phase, k.category, k.name, k.dur_ns, k.cost_status,
+                   CASE WHEN k.category IN {MATH_CATEGORIES} THEN k.flops END AS flops, k.bytes, k.cost_dtype,
                    p.peak_flops, s.hbm_bytes_per_s, s.l2_bytes_per_s
             FROM kernels k
             LEFT JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
@@ -355,3 +360,121 @@ def build_phase_summary(con: duckdb.DuckDBPyConnection) -> None:
         WHERE t.model_floor_ns > t.model_busy_ns
         """
     )
+
+
+COSTS_STAGE = Stage(
+    name="kernel_costs",
+    doc="Each kernel's share of its launching op's modelled cost, judged against its GPU: a cost the "
+        "hardware could not have run is rejected, never clamped (*Physics* above).",
+    requires=("kernels", "kernel_name_labels", "op_costs", "api_calls", "devices", "gpu_specs", "gpu_peaks"),
+    creates=(
+        Relation("kernel_costs", "kernel a cost model applied to", {
+            "rank": "trace rank", "kernel_id": "`kernels.kernel_id`", **COST_COLUMNS}, transient=True),
+        Relation("rejected_costs", "kernel whose modelled cost was physically impossible", {
+            "rank": "trace rank", "kernel_id": "`kernels.kernel_id`", "op_range_id": "`ranges.range_id` of the op",
+            "op": "the op", "reason": "`rejected_compute` (FLOP/s above the dense peak) or `rejected_memory` "
+                                      "(bytes/s above HBM with a working set above L2)",
+            "dur_ns": "kernel time", "flops": "the modelled FLOPs", "bytes": "the modelled bytes",
+            "implied_tflops": "modelled FLOPs / time, 10¹² FLOP/s", "implied_tbps": "modelled bytes / time, TB/s",
+            "roof_tflops": "the dense peak it was judged against", "roof_tbps": "the HBM bandwidth it was judged against",
+            "l2_bytes": "the GPU's L2 size; NULL when not published"}),
+    ),
+    adds=(Columns("kernels", COST_COLUMNS),),
+    run=lambda con, context: cost_kernels(con),
+)
+
+_GROUP_COLUMNS = {
+    "kernels": "kernels in the group", "time_ns": "their summed time",
+    "costed_time_ns": "time of the *costed* kernels: accepted costs whose every term has a peak; NULL when none",
+    "rejected_time_ns": "time of the kernels whose costs were rejected; NULL when none",
+    "l2_resident_time_ns": "time of the L2-resident kernels; NULL when none",
+    "flops": "ΣFLOPs over the costed kernels", "bytes": "Σbytes over the costed kernels",
+    "achieved_tflops": "ΣFLOPs / Σtime over the costed kernels that have FLOPs; NULL when none",
+    "achieved_tbps": "Σbytes / Σtime over the costed kernels that have bytes; NULL when none",
+    "arithmetic_intensity": "ΣFLOPs / Σbytes",
+    "ridge": "effective ridge: ΣF / Σ(F/peak) over bandwidth, so mixed dtypes weigh by their own peaks",
+    "compute_floor_ns": "Σ F/peak", "memory_floor_ns": "Σ B/bandwidth",
+    "roofline_floor_ns": "Σ max(F/peak, B/bandwidth), kernel by kernel",
+    "coverage_pct": "costed time / time",
+    "bound": "'compute' when the compute floor is the larger, else 'memory'; NULL when nothing was costed",
+    "pct_of_roof": "roofline floor / costed time; NULL when nothing was costed (never 0 or 100 from no data)",
+}
+
+VIEWS_STAGE = Stage(
+    name="roofline",
+    doc="Achieved FLOP/s and bandwidth against the matched GPU's roof, per kernel and summed per category, "
+        "phase and step (ΣFLOPs/Σtime over accepted costs, never a mean of percentages).",
+    requires=("kernels", "devices", "gpu_specs", "gpu_peaks"),
+    creates=(
+        Relation("_roofline_input", "kernel, with the terms the roofline views sum", {
+            "rank": "trace rank", "kernel_id": "`kernels.kernel_id`", "step_id": "`kernels.step_id`",
+            "phase": "`kernels.phase`", "category": "`kernels.category`", "name": "`kernels.name`",
+            "dur_ns": "`kernels.dur_ns`", "cost_status": "`kernels.cost_status`",
+            "flops": "`kernels.flops` of gemm and attention kernels (the rest are judged against bandwidth only)",
+            "bytes": "`kernels.bytes`", "cost_dtype": "`kernels.cost_dtype`",
+            "peak_flops": "dense peak of that dtype on the kernel's GPU", "hbm_bytes_per_s": "its HBM bandwidth",
+            "l2_bytes_per_s": "its L2 bandwidth, where published", "compute_s": "flops / peak_flops",
+            "memory_s": "bytes / hbm_bytes_per_s",
+            "costed": "accepted cost whose every term can be turned into time: counts towards aggregates",
+            "floor_s": "the larger of compute_s and memory_s"}, view=True),
+        Relation("roofline_kernels", "kernel with an accepted or L2-resident cost", {
+            "rank": "trace rank", "kernel_id": "`kernels.kernel_id`", "step_id": "`kernels.step_id`",
+            "phase": "`kernels.phase`", "category": "`kernels.category`", "name": "`kernels.name`",
+            "dur_ns": "`kernels.dur_ns`", "flops": "`kernels.flops`", "bytes": "`kernels.bytes`",
+            "dtype": "the dtype whose peak applies (`kernels.cost_dtype`)",
+            "cost_status": "`accepted` or `l2_resident` (rejected kernels are not in this view)",
+            "achieved_tflops": "FLOPs / time", "achieved_tbps": "bytes / time",
+            "arithmetic_intensity": "FLOPs / bytes",
+            "ridge": "peak FLOP/s of the dtype / memory bandwidth, FLOP per byte",
+            "bound": "'compute' when FLOPs/peak ≥ bytes/bandwidth, else 'memory'",
+            "pct_of_roof": "max(FLOPs/peak, bytes/bandwidth) / time; for an L2-resident kernel bytes/L2 bandwidth "
+                           "/ time; NULL when a term has no peak",
+            "l2_resident": "achieved bandwidth above the HBM peak by a working set that fits L2: the data came "
+                           "from cache"}, view=True),
+        Relation("roofline_by_category", "(rank, category)",
+                 {"rank": "trace rank", "category": "`kernels.category`", **_GROUP_COLUMNS}, view=True),
+        Relation("roofline_by_phase", "(rank, phase)",
+                 {"rank": "trace rank", "phase": "`kernels.phase`", **_GROUP_COLUMNS}, view=True),
+        Relation("roofline_by_step", "(rank, step)",
+                 {"rank": "trace rank", "step_id": "`kernels.step_id`", "phase": "`kernels.phase`", **_GROUP_COLUMNS},
+                 view=True),
+    ),
+    run=lambda con, context: build_roofline_views(con),
+)
+
+SUMMARY_STAGE = Stage(
+    name="phase_summary",
+    doc="Per rank and phase (empty steps left out): which wall each phase hits and how far from it, from "
+        "the strongest evidence available.",
+    requires=("steps", "step_accounting", "roofline_by_phase", "kernels", "devices", "gpu_specs", "gpu_peaks"),
+    creates=(
+        Relation("phase_summary", "(rank, phase)", {
+            "rank": "trace rank", "phase": "the phase",
+            "steps": "steps of the phase", "wall_ns": "Σ step wall time", "gpu_busy_ns": "Σ step GPU busy time",
+            "kernels": "from `roofline_by_phase`", "kernel_time_ns": "`roofline_by_phase.time_ns`",
+            "costed_time_ns": "from `roofline_by_phase`", "coverage_pct": "from `roofline_by_phase`",
+            "rejected_time_ns": "from `roofline_by_phase`", "flops": "from `roofline_by_phase`",
+            "bytes": "from `roofline_by_phase`", "achieved_tflops": "from `roofline_by_phase`",
+            "achieved_tbps": "from `roofline_by_phase`", "arithmetic_intensity": "from `roofline_by_phase`",
+            "ridge": "the phase's effective ridge, else the GPU's bf16 ridge",
+            "tokens_per_step": "median new tokens per step, when annotations count them",
+            "bound": "memory or compute",
+            "bound_source": "`measured` (kernel costs cover half the phase's kernel time or more), `model` (step "
+                            "accounting), `tokens_per_step` (a step's intensity is about its tokens when weights "
+                            "dominate, MATH.md §3.3, compared with the bf16 ridge), `phase_rule` (decode "
+                            "memory-bound, prefill compute-bound)",
+            "pct_of_roof": "measured: roofline floor / costed time; model: Σ step floors / Σ GPU busy; else NULL",
+            "roofline_floor_ns": "the floor `pct_of_roof` divides: measured Σ kernel floors, or the model's Σ step "
+                                 "floors",
+            "roof_basis_ns": "what the floor is divided by: the costed kernel time (measured) or the GPU busy time "
+                             "of the modelled steps (model), so `pct_of_roof` = 100 · `roofline_floor_ns` / "
+                             "`roof_basis_ns` and pools across ranks as a ratio of sums",
+            "no_roof_reason": "why `pct_of_roof` is NULL: `no_gpu_spec`, `no_shapes` (no op shapes recorded: "
+                              "profile with `torch.profiler.profile(record_shapes=True)`, or under nsys with "
+                              "`torch.autograd.profiler.emit_nvtx(record_shapes=True)`), `costs_rejected` (every "
+                              "modelled cost was physically impossible), `low_coverage` (costs cover under half "
+                              "the kernel time), `model_exceeds_measured` (the `--model` floor is above the "
+                              "measured GPU time: the options do not describe the run; a diagnostic says so)"}),
+    ),
+    run=lambda con, context: build_phase_summary(con),
+)

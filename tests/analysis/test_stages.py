@@ -1,0 +1,99 @@
+"""The analysis as declared stages: what each creates exists exactly as declared, order is enforced,
+docs/analysis.md's table reference is the declarations', and analysing again starts from the trace."""
+
+from __future__ import annotations
+
+import subprocess
+
+import duckdb
+import pytest
+
+import traceview
+from conftest import REPO, SHARED_TRACES, VLLM_H100, requires_shared
+from traceview.analysis import docs, pipeline
+from traceview.analysis.stage import Stage, run_stages, Context
+from traceview.errors import TraceviewError
+from traceview.model import db
+
+SAMPLE = REPO / "sample_traces" / "llm_serving.pt.trace.json.gz"
+NSYS_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite"
+
+
+def columns(con: duckdb.DuckDBPyConnection, table: str) -> list[str]:
+    return [name for (name,) in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+        [table]).fetchall()]
+
+
+def test_the_table_reference_in_docs_is_generated_from_the_declarations() -> None:
+    page = (REPO / "docs" / "analysis.md").read_text(encoding="utf-8")
+    assert docs.with_reference(page) == page, "run: python -m traceview.analysis.docs"
+
+
+def test_no_stage_alters_a_schema_table() -> None:
+    found = subprocess.run(["grep", "-rn", "ALTER TABLE", str(REPO / "src" / "traceview" / "analysis")],
+                           capture_output=True, text=True).stdout
+    assert found == ""
+
+
+@requires_shared
+@pytest.mark.parametrize("path", [VLLM_H100, NSYS_FWD], ids=lambda p: p.name)
+def test_every_declared_relation_has_exactly_its_declared_columns(path) -> None:
+    with traceview.load(path) as trace:
+        trace.analyze()
+        for stage in pipeline.STAGES:
+            for relation in stage.creates:
+                if relation.transient:
+                    assert columns(trace.con, relation.name) == [], f"{relation.name} should be dropped"
+                else:
+                    assert columns(trace.con, relation.name) == list(relation.columns), relation.name
+        for table in ("kernels", "memops", "devices"):
+            added = [name for stage in pipeline.STAGES for add in stage.adds if add.table == table
+                     for name in add.columns]
+            assert columns(trace.con, table) == [*db.contract_columns(table), *added], table
+
+
+def test_a_stage_whose_prerequisite_is_missing_is_an_error_not_nulls() -> None:
+    con = duckdb.connect()
+    db.create_schema(con)
+    ran = []
+    late = Stage("late", "needs steps", requires=("kernels", "steps"), run=lambda c, ctx: ran.append(1))
+    with pytest.raises(TraceviewError, match="analysis stage late needs steps, which no earlier stage created"):
+        run_stages(con, (late,), Context(None))
+    assert ran == []
+
+
+def test_analysing_again_with_other_options_equals_a_fresh_analysis() -> None:
+    regex = {"step_regex": r"^execute_context_[1-9]"}
+    fresh = traceview.load(SAMPLE).analyze(**regex)
+    expected = fresh.sql("SELECT * FROM steps ORDER BY rank, step_id").rows()
+    kernels = fresh.sql("SELECT kernel_id, step_id, phase FROM kernels ORDER BY kernel_id").rows()
+    devices = fresh.sql("SELECT * FROM devices ORDER BY device_id").rows()
+    diagnostics = fresh.sql("SELECT * FROM diagnostics ORDER BY ALL").rows()
+    assert fresh.scalar("SELECT count(*) FROM steps") == 2  # only the prefill windows match
+
+    again = traceview.load(SAMPLE).analyze().analyze(gpu="a100-sxm4-80gb").analyze(**regex)
+    assert again.sql("SELECT * FROM steps ORDER BY rank, step_id").rows() == expected
+    assert again.sql("SELECT kernel_id, step_id, phase FROM kernels ORDER BY kernel_id").rows() == kernels
+    assert again.sql("SELECT * FROM devices ORDER BY device_id").rows() == devices
+    assert again.sql("SELECT * FROM diagnostics ORDER BY ALL").rows() == diagnostics
+
+
+def test_the_same_options_do_not_analyse_twice() -> None:
+    trace = traceview.load(SAMPLE).analyze()
+    trace.con.execute("DROP TABLE phase_summary")
+    trace.analyze()
+    with pytest.raises(duckdb.CatalogException):
+        trace.con.execute("SELECT * FROM phase_summary")
+
+
+def test_a_loaded_trace_analyses_itself_when_a_query_names_the_analysis() -> None:
+    trace = traceview.load(SAMPLE)
+    assert not trace.analyzed
+    assert trace.sql("SELECT phase, count(*) AS n FROM steps GROUP BY phase ORDER BY phase").rows() == [
+        ("decode", 24), ("prefill", 2)]
+    assert trace.analyzed
+    other = traceview.load(SAMPLE)
+    assert other.scalar("SELECT count(*) FROM kernels WHERE phase = 'other'") == 0
+    with pytest.raises(duckdb.CatalogException):
+        traceview.load(SAMPLE).sql("SELECT * FROM no_such_table")
