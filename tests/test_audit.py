@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-
 from conftest import DLRM_DIR, SHARED_TRACES, requires_shared
 from traceview.testing import llm_serving_spec, write_kineto, write_nsys
+
+BOLONGCHENG_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite"
 
 
 def audit(*args: object, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -24,14 +26,14 @@ def test_audit_of_the_shared_traces(tmp_path: Path) -> None:
     result = audit(SHARED_TRACES, "--jobs", "2", "--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml")
     document = json.loads((tmp_path / "a.json").read_text())
     files = [p for p in SHARED_TRACES.rglob("*") if p.is_file() and DLRM_DIR not in p.parents]
-    assert document["traces"] == len(files) + 1  # every file, plus the 8-rank job as one target
-    errors = {Path(r["path"]).name for r in document["rows"] if r["status"] == "error"}
-    assert errors == {"README.md"}
-    assert result.returncode == document["exit_code"] == 2  # an unreadable input makes the run exit 2
+    assert document["skipped"] == [str(SHARED_TRACES / "README.md")]  # walked past: not a trace, not an error
+    assert document["traces"] == len(files) - 1 + 1  # every trace file, plus the 8-rank job as one target
+    assert [r for r in document["rows"] if r["status"] == "error"] == []
+    assert result.returncode == document["exit_code"] == (1 if document["findings"]["error"] else 0)
     suites = ET.parse(tmp_path / "a.xml").getroot()
     cases = suites.findall("testsuite/testcase")
     assert int(suites.get("tests")) == len(cases)
-    assert int(suites.get("errors")) == 1 == len(suites.findall("testsuite/testcase/error"))
+    assert int(suites.get("errors")) == 0 == len(suites.findall("testsuite/testcase/error"))  # the README is skipped
     failures = suites.findall("testsuite/testcase/failure")
     assert int(suites.get("failures")) == len(failures)
     assert len(failures) == sum(
@@ -87,3 +89,23 @@ def test_audit_is_deterministic(tmp_path: Path) -> None:
     second = audit(traces / "t*.json.gz", "--jobs", "1", "--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml")
     assert first.returncode == second.returncode
     assert (tmp_path / "a.json").read_bytes() == a_json and (tmp_path / "a.xml").read_bytes() == a_xml
+
+
+@requires_shared
+def test_a_folder_with_a_readme_and_a_lock_file_audits_clean(tmp_path: Path) -> None:
+    """Files beside the traces that are not traces are listed as skipped; named on the command line, one is an error."""
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    shutil.copy(BOLONGCHENG_FWD, folder / BOLONGCHENG_FWD.name)
+    (folder / "README.md").write_text("# traces of the nightly run\n")
+    (folder / "upload.lock").write_text("")
+    result = audit(folder, "--json", tmp_path / "a.json")
+    document = json.loads((tmp_path / "a.json").read_text())
+    assert result.returncode == 0 == document["exit_code"], result.stdout + result.stderr
+    assert document["skipped"] == [str(folder / "README.md"), str(folder / "upload.lock")]
+    assert [(Path(r["path"]).name, r["status"], r["kernels"]) for r in document["rows"]] == [
+        (BOLONGCHENG_FWD.name, "ok", 632)]
+    assert "1 traces, 0 unreadable, 2 skipped (not traces)" in result.stdout
+    named = audit(folder / "README.md", "--json", tmp_path / "b.json")
+    rows = json.loads((tmp_path / "b.json").read_text())["rows"]
+    assert named.returncode == 2 and rows[0]["status"] == "error" and "not a trace" in rows[0]["error"]

@@ -18,6 +18,7 @@ from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.rules import load_config, load_rules
 from traceview.testing import llm_serving_spec, write_kineto, write_nsys
+from traceview.workflow import CheckOptions
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def audit(*args: object, cwd: Path, env: dict | None = None) -> subprocess.Compl
 
 def options() -> auditing.AuditOptions:
     config = load_config(None)
-    return auditing.AuditOptions(analysis=AnalysisOptions(), config=config, rules=tuple(load_rules(config.rules_dirs)))
+    return auditing.AuditOptions(check=CheckOptions(AnalysisOptions(), config, tuple(load_rules(config.rules_dirs))))
 
 
 def test_cluster_rows_equal_local_rows(cluster, workdir: Path) -> None:

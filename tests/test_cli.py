@@ -104,18 +104,20 @@ def test_missing_path_and_empty_directory(tmp_path: Path) -> None:
     assert_one_line_error(traceview("info", tmp_path), "no trace files")
 
 
-def test_ingest_into_missing_directory(tmp_path: Path) -> None:
+def test_ingest_into_missing_directory_creates_it(tmp_path: Path) -> None:
     trace = tmp_path / "t.json"
     trace.write_text('{"traceEvents": []}')
-    assert_one_line_error(traceview("ingest", trace, "-o", tmp_path / "no" / "x.duckdb"), "does not exist")
+    result = traceview("ingest", trace, "-o", tmp_path / "no" / "x.duckdb")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == f"wrote {tmp_path / 'no' / 'x.duckdb'} (0 kernels)\n"
 
 
 def test_cli_reference_is_current() -> None:
     from conftest import REPO
-    from traceview.cli import reference_markdown
+    from traceview.cli_docs import reference_markdown
 
     expected = (REPO / "docs" / "cli.md").read_text()
-    assert reference_markdown() == expected, "run: python -c 'from traceview.cli import reference_markdown; print(reference_markdown(), end=\"\")' > docs/cli.md"
+    assert reference_markdown() == expected, "run: python -c 'from traceview.cli_docs import reference_markdown; print(reference_markdown(), end=\"\")' > docs/cli.md"
 
 
 def test_estimate_json_worked_example() -> None:
@@ -165,9 +167,6 @@ def test_report_writes_each_format_beside_the_named_file(tmp_path: Path) -> None
 
     trace = write_nsys(llm_serving_spec(), tmp_path / "serve.sqlite")
     before = hashlib.sha256(trace.read_bytes()).hexdigest()
-    result = traceview("report", trace, "-o", tmp_path / "out" / "run.md", "--format", "md,json")
-    assert_one_line_error(result, "does not exist")
-    (tmp_path / "out").mkdir()
     result = traceview("report", trace, "-o", tmp_path / "out" / "run.md", "--format", "md,json")
     assert result.returncode == 0, result.stderr
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["run.json", "run.md"]
@@ -221,3 +220,88 @@ def test_memory_limit_flag(tmp_path: Path) -> None:
                        "--format", "csv")
     assert result.returncode == 0 and result.stdout.splitlines()[1].endswith("MiB")
     assert_one_line_error(traceview("--memory-limit", "lots", "info", trace), "expected a size")
+
+
+def wrote(result: subprocess.CompletedProcess) -> list[str]:
+    return [line.removeprefix("wrote ") for line in result.stderr.splitlines()]
+
+
+def test_output_extension_names_the_format(tmp_path: Path) -> None:
+    """-o run.md is the Markdown (the bug: HTML written there, then overwritten); the rest land beside it."""
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "serve.json")
+    result = traceview("report", trace, "-o", tmp_path / "run.md")
+    assert result.returncode == 0, result.stderr
+    assert wrote(result) == [str(tmp_path / f"run.{ext}") for ext in ("html", "md", "json")]
+    assert (tmp_path / "run.md").read_text().startswith("## traceview report\n")
+    assert (tmp_path / "run.html").read_text().lstrip().lower().startswith("<!doctype html>")
+    assert json.loads((tmp_path / "run.json").read_text())["summary"]["kernels"] == 2480
+
+    result = traceview("report", trace, "--format", "json", "-o", tmp_path / "only.json")
+    assert (result.returncode, wrote(result)) == (0, [str(tmp_path / "only.json")])
+    assert json.loads((tmp_path / "only.json").read_text())["schema_version"] == 1
+
+    nested = tmp_path / "out" / "new" / "run.html"
+    result = traceview("report", trace, "--format", "html", "-o", nested)
+    assert (result.returncode, wrote(result)) == (0, [str(nested)])
+    assert sorted(p.name for p in nested.parent.iterdir()) == ["run.html"]
+    assert "<html" in nested.read_text()
+
+    assert_one_line_error(traceview("report", trace, "--format", "html", "-o", tmp_path / "x.md"),
+                          "x.md: a .md file is the md format, which --format html does not include")
+    assert not (tmp_path / "x.md").exists()
+
+
+def test_diff_output_follows_its_registry(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    base = write_kineto(llm_serving_spec(), tmp_path / "base.json")
+    result = traceview("diff", base, base, "--format", "md,html", "-o", tmp_path / "d" / "diff.html")
+    assert result.returncode == 0, result.stderr
+    assert wrote(result) == [str(tmp_path / "d" / "diff.md"), str(tmp_path / "d" / "diff.html")]
+    markdown, page = (tmp_path / "d" / "diff.md").read_text(), (tmp_path / "d" / "diff.html").read_text()
+    assert "**No change**" in markdown and '<span class="status">no change</span>' in page
+    assert "- No change: base and head did the same GPU work, to the nanosecond." in markdown
+    assert "No change: base and head did the same GPU work, to the nanosecond." in page
+
+
+def test_query_csv_writes_nested_cells_as_json(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "serve.json")
+    sql = "SELECT 7 AS n, [1, 2] AS ids, {'phase': 'decode', 'steps': 24} AS s, NULL::INT[] AS none"
+    result = traceview("query", trace, sql, "--format", "csv")
+    assert (result.returncode, result.stdout) == (0, 'n,ids,s,none\n7,"[1,2]","{""phase"":""decode"",""steps"":24}",\n')
+    result = traceview("query", trace, "SELECT rank, list(step_id ORDER BY step_id)[1:3] AS first FROM steps GROUP BY rank",
+                       "--format", "csv")
+    assert (result.returncode, result.stdout) == (0, 'rank,first\n0,"[0,1,2]"\n')
+
+
+def test_report_applies_the_baseline_as_check_does(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "serve.json")
+    before = traceview("check", trace, "--format", "json")
+    findings = json.loads(before.stdout)["findings"]
+    assert findings  # the sample's per-step cudaStreamSynchronize at least
+    assert traceview("check", trace, "--write-baseline", tmp_path / "known.json").returncode == 0
+    (tmp_path / "traceview.toml").write_text('baseline = "known.json"\n')
+    config = ("--config", tmp_path / "traceview.toml")
+    after = json.loads(traceview("check", trace, "--format", "json", *config).stdout)
+    assert (after["findings"], after["suppressed_by_baseline"]) == ([], len(findings))
+    result = traceview("report", trace, "--format", "json", "-o", "-", *config)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["findings"] == []
+    plain = json.loads(traceview("report", trace, "--format", "json", "-o", "-").stdout)
+    assert [f["fingerprint"] for f in plain["findings"]] == [f["fingerprint"] for f in findings]
+
+
+@requires_shared
+def test_info_pools_ranks_as_the_report_does(tmp_path: Path) -> None:
+    """info's per-phase figures are the report's Σ/Σ rows (report.data.phase_rows), not means across ranks."""
+    info = json.loads(traceview("info", DLRM_DIR, "--format", "json").stdout)
+    report = json.loads(traceview("report", DLRM_DIR, "--format", "json", "-o", "-").stdout)
+    assert [{k: v for k, v in p.items() if k != "wall_ns"} for p in info["phases"]] == report["phases"]
+    assert [p["wall_ns"] for p in info["phases"]] == [p["time_ns"] for p in report["phases"]]
+    assert sum(p["steps"] for p in info["phases"]) == len(report["steps"])

@@ -22,9 +22,9 @@ from typing import Any, Callable
 
 from traceview.errors import TraceviewError
 from traceview.model.db import dict_rows
+from traceview.rules.loader import SEVERITIES
 
 AUDIT_VERSION = 1
-SEVERITIES = ("error", "warning", "info")
 CONNECT_TIMEOUT_S = 10
 WORKER_WAIT_S = 120
 DASK_MISSING = "audit --scheduler needs the dask extra: pip install 'traceview[dask]'"
@@ -40,12 +40,9 @@ class Target:
 
 @dataclass(frozen=True)
 class AuditOptions:
-    """Everything a worker needs, picklable: analysis options, rule configuration, report settings."""
+    """Everything a worker needs, picklable: the check (analysis, rules, configuration, baseline), report settings."""
 
-    analysis: Any
-    config: Any
-    rules: tuple = ()
-    known: frozenset[str] = frozenset()
+    check: Any  # workflow.CheckOptions
     reports_dir: str | None = None
     report_formats: tuple[str, ...] = ("html", "md", "json")
     cache_dir: str | None = None  # None: $TRACEVIEW_CACHE_DIR, as api.load reads it
@@ -60,10 +57,15 @@ def _is_job_dir(directory: Path, files: list[Path]) -> bool:
     return len(files) >= 2 and all(ranks) and len({int(m.group(1)) for m in ranks}) == len(files)
 
 
-def discover(arguments: list[str]) -> tuple[list[Target], list[dict]]:
-    """Targets from files, directories (walked) and globs; arguments that match nothing are error rows."""
+def discover(arguments: list[str]) -> tuple[list[Target], list[dict], list[str]]:
+    """Targets from files, directories (walked) and globs; arguments that match nothing are error rows.
+
+    Files in a walked directory that are not traces (a README, a lock file) are returned as skipped;
+    a file named on the command line is always a target, so a non-trace there is an error row.
+    """
     targets: list[Target] = []
     errors: list[dict] = []
+    skipped: list[str] = []
     for argument in arguments:
         paths = [Path(p) for p in sorted(glob.glob(argument, recursive=True))] if glob.has_magic(argument) else [Path(argument)]
         if not paths or not paths[0].exists():
@@ -71,20 +73,38 @@ def discover(arguments: list[str]) -> tuple[list[Target], list[dict]]:
             continue
         for path in paths:
             if path.is_dir():
-                targets += _walk(path)
+                targets += _walk(path, skipped)
             else:
                 targets.append(Target(str(path), "file"))
     unique = {t.path: t for t in targets}
-    return sorted(unique.values(), key=lambda t: t.path), errors
+    return sorted(unique.values(), key=lambda t: t.path), errors, sorted(set(skipped))
 
 
-def _walk(directory: Path) -> list[Target]:
-    files = sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+def _is_trace(path: Path) -> bool:
+    """A file a reader could take: a trace suffix (a broken trace is still an error row), else its first bytes."""
+    from traceview.api import is_duckdb_file
+    from traceview.ingest import REPORT_SUFFIXES, TRACE_SUFFIXES, reader_for
+
+    if path.name.endswith((*TRACE_SUFFIXES, *REPORT_SUFFIXES, ".duckdb")) or is_duckdb_file(path):
+        return True
+    try:
+        reader_for(path)
+    except TraceviewError:
+        return False
+    return True
+
+
+def _walk(directory: Path, skipped: list[str]) -> list[Target]:
+    files: list[Path] = []
+    others: list[Path] = []
+    for path in sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith(".")):
+        (files if _is_trace(path) else others).append(path)
+    skipped += [str(p) for p in others]
     if _is_job_dir(directory, files):
         return [Target(str(directory), "job")]
     found = [Target(str(f), "file") for f in files]
     for sub in sorted(p for p in directory.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        found += _walk(sub)
+        found += _walk(sub, skipped)
     return found
 
 
@@ -130,20 +150,16 @@ def straggler_view(ranks: list[dict]) -> dict | None:
 
 def audit_one(target: Target, options: AuditOptions) -> dict:
     """Ingest, analyse and check one target; any failure becomes this target's error row."""
-    from traceview import __version__, api
-    from traceview.rules import check
+    from traceview import api, workflow
 
     row: dict[str, Any] = {"path": target.path, "kind": target.kind}
     try:
         with api.load(target.path, cache_dir=options.cache_dir, memory_limit=options.memory_limit) as trace:
-            trace.analyze(options.analysis)
-            result = check(trace.con, list(options.rules), options.config, options.known)
+            result = workflow.check(trace, options.check)
             info = trace.con.execute(
                 "SELECT any_value(source_format), count(*), any_value(world_size) FROM trace_info").fetchall()[0]
             gpu = trace.con.execute(
-                """SELECT coalesce(d.spec_id, nullif(d.name, ''), 'unknown') FROM kernels k
-                   JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
-                   GROUP BY ALL ORDER BY sum(k.dur_ns) DESC LIMIT 1""").fetchall()
+                "SELECT coalesce(spec_id, nullif(name, ''), 'unknown') FROM busiest_device").fetchall()
             phases = dict(trace.con.execute("SELECT phase, count(*) FROM steps GROUP BY phase ORDER BY phase").fetchall())
             findings = [
                 {"rule": f.rule, "severity": f.severity, "title": f.title, "message": f.message,
@@ -156,7 +172,7 @@ def audit_one(target: Target, options: AuditOptions) -> dict:
                 kernels=trace.scalar("SELECT count(*) FROM kernels"),
                 steps=sum(phases.values()), phases=phases,
                 findings=findings,
-                findings_by_severity={s: sum(f["severity"] == s for f in findings) for s in SEVERITIES},
+                findings_by_severity={s: sum(f["severity"] == s for f in findings) for s in reversed(SEVERITIES)},
                 top_finding=findings[0]["message"] if findings else None,
                 skipped=[s.to_dict() for s in result.skipped], rules_run=list(result.rules_run),
                 suppressed=result.suppressed,
@@ -165,7 +181,7 @@ def audit_one(target: Target, options: AuditOptions) -> dict:
                 row["rank_rows"] = _rank_rows(trace.con)
                 row["stragglers"] = straggler_view(row["rank_rows"])
             if options.reports_dir:
-                row["reports"] = _write_reports(trace, result, target, options, __version__)
+                row["reports"] = _write_reports(workflow.report(trace, options.check, result), target, options)
     except TraceviewError as exc:
         row.update(status="error", error=exc.format_message())
     except Exception as exc:  # noqa: BLE001 - one bad trace must not end the audit
@@ -174,17 +190,16 @@ def audit_one(target: Target, options: AuditOptions) -> dict:
     return row
 
 
-def _write_reports(trace, result, target: Target, options: AuditOptions, version: str) -> list[str]:
+def _write_reports(data: dict, target: Target, options: AuditOptions) -> list[str]:
     from traceview.files import write_atomically
-    from traceview.report import renderer
-    from traceview.report.data import build_report
+    from traceview.report import REPORT
 
-    data = build_report(trace.con, result, version)
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in Path(target.path).name)
     written = []
-    for fmt in options.report_formats:
-        path = Path(options.reports_dir) / f"{stem}.{renderer(fmt).EXTENSION}"
-        write_atomically(path, renderer(fmt).render(data))
+    for name in options.report_formats:
+        renderer = REPORT[name]
+        path = Path(options.reports_dir) / f"{stem}.{renderer.extension}"
+        write_atomically(path, renderer.render(data))
         written.append(str(path))
     return written
 
@@ -345,12 +360,11 @@ def _installed_version() -> str:
     return __version__
 
 
-def summarise(rows: list[dict], fail_on: str, rules: tuple = ()) -> dict:
-    """The audit document (JSON output, JUnit and Markdown are rendered from it)."""
+def summarise(rows: list[dict], fail_on: str, rules: tuple = (), skipped: list[str] = ()) -> dict:
+    """The audit document (every audit renderer formats it); `skipped`: files walked past as not traces."""
     ok = [r for r in rows if r["status"] == "ok"]
-    counts = {s: sum(r["findings_by_severity"][s] for r in ok) for s in SEVERITIES}
-    floor = SEVERITIES.index(fail_on)
-    failing = any(counts[s] for s in SEVERITIES[: floor + 1])
+    counts = {s: sum(r["findings_by_severity"][s] for r in ok) for s in reversed(SEVERITIES)}
+    failing = any(counts[s] for s in SEVERITIES[SEVERITIES.index(fail_on):])
     errors = sum(r["status"] == "error" for r in rows)
     return {
         "schema_version": AUDIT_VERSION,
@@ -361,6 +375,7 @@ def summarise(rows: list[dict], fail_on: str, rules: tuple = ()) -> dict:
         "exit_code": 2 if errors else (1 if failing else 0),
         "rules": {rule.id: f"{rule.name}: {rule.title}" for rule in rules},
         "rows": rows,
+        "skipped": list(skipped),
     }
 
 

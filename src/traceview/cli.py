@@ -6,23 +6,24 @@ import json
 import os
 import sys
 import traceback
-from decimal import Decimal
 from pathlib import Path
 
 import click
 import duckdb
 import polars as pl
 
-from traceview import __version__, api
+from traceview import api, workflow
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.files import write_atomically
+from traceview.ingest import describe_formats
+from traceview.report import AUDIT, CHECK, DIFF, INFO, REPORT, Registry, Renderer
+from traceview.report.data import check_document, trace_summary
+from traceview.report.json_report import json_default
 from traceview.rules.docs import explain_text
-from traceview.model import db
-from traceview.report.data import phase_rows
+from traceview.rules.loader import SEVERITIES
 
-TRACE_HELP = "An nsys .sqlite export, a PyTorch profiler .json/.json.gz, a directory of per-rank traces, or a .duckdb from `traceview ingest`."
-READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
+TRACE_HELP = f"{describe_formats()}, a directory of per-rank traces, or a .duckdb from `traceview ingest`."
 
 
 def _trace_argument(func):
@@ -67,25 +68,18 @@ def _phase_kernels(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     return tuple(mapping)
 
 
-def _json_default(value):
-    """JSON for DuckDB values json cannot encode: exact integers stay numbers (sums come back as DECIMAL)."""
-    if isinstance(value, Decimal):
-        return int(value) if value == value.to_integral_value() else float(value)
-    return str(value)
-
-
 def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
     if fmt == "csv":
         click.echo(frame.write_csv(), nl=False)
     elif fmt == "json":
-        click.echo(json.dumps(frame.to_dicts(), default=_json_default, indent=1))
+        click.echo(json.dumps(frame.to_dicts(), default=json_default, indent=1))
     else:
         with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=120, tbl_width_chars=200,
                        tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
             click.echo(str(frame))
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=f"TRACE: {TRACE_HELP}")
 @click.version_option(package_name="traceview")
 @click.option("--debug", is_flag=True, help="Show the full traceback when something fails.")
 @click.option("--memory-limit", envvar="TRACEVIEW_MEMORY_LIMIT", help="Cap DuckDB's memory, e.g. 8GB; work past it spills to disk.")
@@ -95,8 +89,7 @@ def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
 def cli(ctx: click.Context, debug: bool, memory_limit: str | None, cache_dir: Path | None) -> None:
     """Turn GPU profiler traces into answers.
 
-    Reads Nsight Systems SQLite exports and PyTorch profiler (Kineto) traces into one DuckDB schema
-    (docs/schema.md).
+    Reads every input format (TRACE, below) into one DuckDB schema (docs/schema.md).
 
     \b
     Example:
@@ -111,7 +104,7 @@ def cli(ctx: click.Context, debug: bool, memory_limit: str | None, cache_dir: Pa
 
 @cli.command()
 @_trace_argument
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(INFO.names()), default="text", show_default=True)
 @_analysis_options
 def info(trace: Path, fmt: str, **kwargs) -> None:
     """Describe TRACE: format, producer version, GPUs, time span, rows, steps per phase, diagnostics.
@@ -122,61 +115,8 @@ def info(trace: Path, fmt: str, **kwargs) -> None:
     """
     with api.load(trace) as loaded:
         loaded.analyze(_analysis(kwargs))
-        summary = trace_summary(loaded)
-    if fmt == "json":
-        click.echo(json.dumps(summary, default=_json_default, indent=1))
-        return
-    for source in summary["traces"]:
-        click.echo(f"trace      {source['file']}")
-        version = source["producer_version"] or "unknown version"
-        click.echo(f"format     {source['source_format']} ({source['producer']} {version})"
-                   + (f", schema {source['schema_version']}" if source["schema_version"] else ""))
-        rank = f"rank {source['rank']}" + (f" of {source['world_size']}" if source["world_size"] else "")
-        click.echo(f"rank       {rank}")
-        span = source["span_ns"]
-        click.echo(f"span       {span / 1e6:.3f} ms" if span is not None else "span       no timed events")
-    for gpu in summary["devices"]:
-        memory = f", {gpu['memory_bytes'] / 2**30:.0f} GiB" if gpu["memory_bytes"] else ""
-        sms = f", {gpu['sm_count']} SMs" if gpu["sm_count"] else ""
-        cc = f", cc {gpu['compute_major']}.{gpu['compute_minor']}" if gpu["compute_major"] is not None else ""
-        spec = f" -> {gpu['spec_id']}" if gpu.get("spec_id") else ""
-        click.echo(f"gpu        [{gpu['rank']}:{gpu['device_id']}] {gpu['name'] or '(no name)'}{sms}{memory}{cc}{spec}")
-    if not summary["devices"]:
-        click.echo("gpu        none described in the trace")
-    click.echo("rows       " + ", ".join(f"{table} {count:,}" for table, count in summary["rows"].items()))
-    click.echo(f"kernels    {summary['kernels']['graph']:,} graph-launched, {summary['kernels']['eager']:,} eager")
-    for phase in summary["phases"]:
-        bound = f", {phase['bound']}-bound ({phase['bound_source'].replace('_', ' ')})" if phase["bound"] else ""
-        roof = (f", {phase['pct_of_roof']:.0f}% of roof" if phase["pct_of_roof"] is not None
-                else f", % of roof n/a ({phase['roofline_gap']})")
-        kernel_busy = f"{phase['kernel_busy_ns'] / 1e6:.3f} ms" if phase["kernel_busy_ns"] is not None else "n/a"
-        click.echo(f"phase      {phase['phase']}: {phase['steps']} steps, kernels busy {kernel_busy}"
-                   f" of {phase['wall_ns'] / 1e6:.3f} ms{bound}{roof}")
-    for diag in summary["diagnostics"]:
-        click.echo(f"{diag['severity']:<10} [{diag['code']}] {diag['message']}")
-
-
-def trace_summary(trace: api.Trace) -> dict:
-    """What `info` reports, as plain data."""
-    traces = trace.sql(
-        "SELECT *, end_ns - start_ns AS span_ns FROM trace_info ORDER BY rank"
-    ).to_dicts()
-    devices = trace.sql("SELECT * FROM devices ORDER BY rank, device_id").to_dicts()
-    rows = {table: trace.scalar(f"SELECT count(*) FROM {table}") for table in db.CONTRACT_TABLES if table != "trace_info"}
-    kinds = dict(trace.con.execute("SELECT launch_kind, count(*) FROM kernels GROUP BY ALL").fetchall())
-    diagnostics = trace.sql(
-        "SELECT rank, source, severity, code, message FROM diagnostics "
-        "ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rank, timestamp_ns NULLS FIRST"
-    ).to_dicts()
-    phases = [{"wall_ns": p["time_ns"], **p} for p in phase_rows(trace.con)]
-    return {
-        "traces": traces,
-        "devices": devices,
-        "phases": phases,
-        "rows": rows,
-        "kernels": {"graph": kinds.get("graph", 0), "eager": kinds.get("eager", 0)},
-        "diagnostics": diagnostics,
-    }
+        summary = trace_summary(loaded.con)
+    click.echo(INFO[fmt].render(summary), nl=False)
 
 
 @cli.command()
@@ -194,19 +134,7 @@ def query(trace: Path, sql: str, fmt: str, **kwargs) -> None:
     """
     with api.load(trace) as loaded:
         loaded.analyze(_analysis(kwargs))
-        try:
-            statements = loaded.con.extract_statements(sql)
-        except duckdb.Error as exc:
-            raise TraceviewError(f"SQL error: {str(exc).splitlines()[0]}") from None
-        if not statements:
-            raise TraceviewError("SQL error: empty query")
-        for statement in statements:
-            if statement.type.name not in READ_ONLY_STATEMENTS:
-                raise TraceviewError(f"query is read-only: {statement.type.name} statements are not allowed")
-        try:
-            frame = loaded.sql(sql)
-        except duckdb.Error as exc:
-            raise TraceviewError(f"SQL error: {str(exc).splitlines()[0]}") from None
+        frame = workflow.query(loaded, sql, nested_as_json=fmt == "csv")
     _print_frame(frame, fmt)
 
 
@@ -221,9 +149,8 @@ def ingest(trace: Path, output: Path) -> None:
     Example:
       traceview ingest run.sqlite -o run.duckdb && traceview info run.duckdb
     """
-    if not output.parent.exists():
-        raise TraceviewError(f"{output}: directory {output.parent} does not exist")
     with api.load(trace) as loaded:
+        _make_parent(output)
         try:
             loaded.save(output)
         except (OSError, duckdb.Error) as exc:
@@ -338,7 +265,7 @@ def _rule_setup(kwargs: dict, **extra):
 @_rule_config_options
 @click.pass_context
 def rules(ctx: click.Context, fmt: str, **kwargs) -> None:
-    """List the rules: id, title, severity, phases, tags (docs/rules.md).
+    """List the rules: id, title, severity, tags (docs/rules.md).
 
     \b
     Example:
@@ -350,7 +277,7 @@ def rules(ctx: click.Context, fmt: str, **kwargs) -> None:
         return
     config, loaded = _rule_setup(kwargs)
     rows = [{"id": r.id, "name": r.name, "severity": config.severity_for(r), "title": r.title,
-             "phases": ", ".join(r.phases), "tags": ", ".join(r.tags)} for r in loaded if config.selects(r)]
+             "tags": ", ".join(r.tags)} for r in loaded if config.selects(r)]
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
     else:
@@ -374,11 +301,38 @@ def explain(ctx: click.Context, rule_id: str) -> None:
     click.echo(explain_text(matches[0], config))
 
 
+def _fail_on_option(func):
+    return click.option("--fail-on", type=click.Choice(SEVERITIES),
+                        help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")(func)
+
+
+def _make_parent(path: Path) -> None:
+    """`-o out/new/run.html`: the missing directories are created (a file in the way is one line)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TraceviewError(f"{path}: cannot create the directory {path.parent} ({exc.strerror or exc})") from None
+
+
+def _write(outputs: dict[Renderer, Path | None], document) -> None:
+    """Each format of a document to its file, or to stdout (None)."""
+    for renderer, target in outputs.items():
+        content = renderer.render(document)
+        if target is None:
+            if renderer.binary:
+                sys.stdout.buffer.write(content)
+            else:
+                click.echo(content, nl=False)
+            continue
+        _make_parent(target)
+        write_atomically(target, content)
+        click.echo(f"wrote {target}", err=True)
+
+
 @cli.command()
 @_trace_argument
-@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-@click.option("--fail-on", type=click.Choice(["info", "warning", "error"]),
-              help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")
+@click.option("--format", "fmt", type=click.Choice(CHECK.names()), default="text", show_default=True)
+@_fail_on_option
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False),
               help="Suppress the findings recorded in this baseline file.")
 @click.option("--write-baseline", type=click.Path(path_type=Path, dir_okay=False),
@@ -396,127 +350,70 @@ def check(trace: Path, fmt: str, fail_on: str | None, baseline: Path | None, wri
       traceview check run.sqlite --fail-on warning
       traceview check trace.json.gz --select TV2 --param TV201.min_gap_ms=5 --format json
     """
-    from traceview.rules import check as run_check
-    from traceview.rules.baseline import read_baseline
     from traceview.rules.baseline import write_baseline as save_baseline
 
     analysis = _analysis(kwargs)
     config, loaded = _rule_setup(kwargs, fail_on=fail_on, baseline=baseline)
-    known = read_baseline(config.baseline) if config.baseline and not write_baseline else frozenset()
+    options = workflow.CheckOptions.configured(analysis, config, loaded, baseline=not write_baseline)
     with api.load(trace) as loaded_trace:
-        loaded_trace.analyze(analysis)
-        result = run_check(loaded_trace.con, loaded, config, known)
+        result = workflow.check(loaded_trace, options)
     if write_baseline:
         save_baseline(write_baseline, result.findings)
         click.echo(f"wrote {write_baseline} ({len(result.findings)} findings)", err=True)
         return
-    if fmt == "json":
-        click.echo(json.dumps(check_json(trace, result), indent=1, sort_keys=True))
-    else:
-        click.echo(check_text(result))
+    _write({CHECK[fmt]: None}, check_document(str(trace), result))
     if result.reaches(config.fail_on):
         sys.exit(1)
 
 
-def check_json(trace: Path, result) -> dict:
-    return {
-        "schema_version": 1,
-        "trace": str(trace),
-        "findings": [f.to_dict() for f in result.findings],
-        "skipped": [s.to_dict() for s in result.skipped],
-        "rules_run": list(result.rules_run),
-        "suppressed_by_baseline": result.suppressed,
-    }
-
-
-def check_text(result) -> str:
-    lines = []
-    for finding in result.findings:
-        share = f" ({finding.share_pct:.1f}% of the trace)" if finding.share_pct else ""
-        saving = f"saves up to {finding.estimated_saving_ns / 1e6:.2f} ms{share}" if finding.estimated_saving_ns else "no time estimate"
-        lines.append(f"{finding.rule} {finding.severity:<7} {finding.message}")
-        lines.append(f"      {saving}; fix: see `traceview rules explain {finding.rule}`")
-        for row in (finding.evidence.get("rows") or [])[:5]:
-            lines.append("      - " + ", ".join(f"{k}={v}" for k, v in row.items()))
-    for skipped in result.skipped:
-        lines.append(f"{skipped.rule} skipped {skipped.title}: {skipped.reason}")
-    counts = {level: sum(f.severity == level for f in result.findings) for level in ("error", "warning", "info")}
-    suppressed = f", {result.suppressed} suppressed by the baseline" if result.suppressed else ""
-    lines.append(f"{len(result.findings)} findings ({counts['error']} errors, {counts['warning']} warnings, "
-                 f"{counts['info']} info), {len(result.skipped)} rules skipped{suppressed}")
-    return "\n".join(lines)
-
-
 SAMPLE_TRACE = Path(__file__).resolve().parents[2] / "sample_traces" / "llm_serving.pt.trace.json.gz"
-REPORT_FORMATS = ("html", "md", "json")
 
 
-def _report_formats(text: str) -> tuple[str, ...]:
-    formats = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
-    unknown = [f for f in formats if f not in REPORT_FORMATS]
-    if unknown or not formats:
-        raise TraceviewError(f"--format {text!r}: choose from {', '.join(REPORT_FORMATS)} (comma-separated)")
-    return formats
+def _inputs(loaded: api.Trace, given: Path) -> list[Path]:
+    """The files a report reads, which no output may overwrite."""
+    return [Path(f) for (f,) in loaded.con.execute("SELECT file FROM trace_info").fetchall()] + [given]
 
 
-def _report_targets(output: str | None, formats: tuple[str, ...], inputs: list[Path]) -> dict[str, Path | None]:
-    """Where each format goes: -o names the HTML (or the one format); the rest land beside it."""
-    if output == "-":
-        if len(formats) != 1:
-            raise TraceviewError("-o - writes one format to stdout: pick it with --format")
-        return {formats[0]: None}
-    base = Path(output) if output else Path("report." + formats[0])
-    stem = base.with_suffix("") if base.suffix.lower() in {".html", ".htm", ".md", ".json"} else base
-    targets = {fmt: (base if fmt == formats[0] and output else stem.with_suffix("." + fmt)) for fmt in formats}
-    resolved_inputs = {p.resolve() for p in inputs}
-    for target in targets.values():
-        if target.resolve() in resolved_inputs:
-            raise TraceviewError(f"{target}: refusing to overwrite the input trace")
-        if not target.parent.exists():
-            raise TraceviewError(f"{target}: directory {target.parent} does not exist")
-    return targets
+def _formats_help(registry: Registry) -> str:
+    return "Comma-separated formats: " + ", ".join(registry.names()) + "."
 
 
 @cli.command()
 @click.argument("trace", type=click.Path(path_type=Path), required=False)
-@click.option("-o", "--output", help="The report file (HTML by default); other formats land beside it. '-' = stdout.")
-@click.option("--format", "formats", default="html,md,json", show_default=True,
-              help="Comma-separated formats: html, md, json.")
+@click.option("-o", "--output", help="The report file; its extension picks its format (run.md: Markdown), the other "
+                                     "formats land beside it; missing directories are created. '-' = stdout.")
+@click.option("--format", "formats", default=",".join(REPORT.names()), show_default=True, help=_formats_help(REPORT))
 @_rule_config_options
 @_analysis_options
 def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> None:
     """Write the report for TRACE: one self-contained HTML file, a Markdown summary, versioned JSON.
 
-    With no TRACE it runs on the bundled sample trace.
+    With no TRACE it runs on the bundled sample trace. Findings in the configuration's baseline are
+    left out, as `check` leaves them out.
 
     \b
     Example:
       traceview report run.sqlite -o run.html          # run.html, run.md, run.json
       traceview report trace.json.gz --format md -o -  # Markdown for a PR comment on stdout
     """
-    from traceview.report import renderer
-    from traceview.report.data import build_report
-    from traceview.rules import check as run_check
-
     if trace is None:
         if not SAMPLE_TRACE.exists():
             raise TraceviewError("no TRACE given and the bundled sample trace is not available")
         trace = SAMPLE_TRACE
-    chosen = _report_formats(formats)
-    analysis = _analysis(kwargs)
-    config, loaded_rules = _rule_setup(kwargs)
+    chosen = REPORT.parse(formats)
+    options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     with api.load(trace) as loaded:
-        inputs = [Path(f) for (f,) in loaded.con.execute("SELECT file FROM trace_info").fetchall()] + [trace]
-        targets = _report_targets(output, chosen, inputs)
-        loaded.analyze(analysis)
-        data = build_report(loaded.con, run_check(loaded.con, loaded_rules, config), __version__)
-    for fmt, target in targets.items():
-        text = renderer(fmt).render(data)
-        if target is None:
-            click.echo(text, nl=False)
-        else:
-            write_atomically(target, text)
-            click.echo(f"wrote {target}", err=True)
+        outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
+        data = workflow.report(loaded, options)
+    _write(outputs, data)
+
+
+def _audit_outputs(func):
+    """One `--FLAG PATH` per audit format that has a flag in the registry (--json, --junit, --markdown)."""
+    for renderer in reversed([r for r in AUDIT.renderers.values() if r.flag]):
+        func = click.option(f"--{renderer.flag}", f"{renderer.flag}_path", type=click.Path(path_type=Path, dir_okay=False),
+                            help=f"Write the audit as {renderer.description}.")(func)
+    return func
 
 
 @cli.command()
@@ -525,23 +422,19 @@ def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> No
 @click.option("--scheduler", metavar="ADDRESS",
               help="Run on this Dask scheduler's workers instead (tcp://HOST:PORT; needs traceview[dask] and a "
                    "filesystem the workers share; docs/scale-out.md). Not with --jobs.")
-@click.option("--fail-on", type=click.Choice(["info", "warning", "error"]),
-              help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")
+@_fail_on_option
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), help="Suppress known findings.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path, dir_okay=False), help="Write the audit as JSON.")
-@click.option("--junit", "junit_path", type=click.Path(path_type=Path, dir_okay=False), help="Write JUnit XML.")
-@click.option("--markdown", "markdown_path", type=click.Path(path_type=Path, dir_okay=False),
-              help="Write Markdown (also appended to $GITHUB_STEP_SUMMARY when set).")
+@_audit_outputs
 @click.option("--reports-dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Write each trace's report (html, md, json) into this directory.")
+              help="Write each trace's report (" + ", ".join(REPORT.names()) + ") into this directory.")
 @_rule_config_options
 @_analysis_options
 def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_on: str | None, baseline: Path | None,
-          json_path: Path | None, junit_path: Path | None, markdown_path: Path | None, reports_dir: Path | None,
-          **kwargs) -> None:
+          reports_dir: Path | None, **kwargs) -> None:
     """Audit many traces (files, directories, globs; nsys and Kineto mixed) in parallel, for CI.
 
     A directory of per-rank traces is audited as one job with per-rank rows and a straggler view.
+    Files in a directory that are not traces (a README, a lock file) are listed as skipped.
     Exit code: 0 clean, 1 a finding at or above --fail-on, 2 bad usage or an unreadable trace.
 
     \b
@@ -550,24 +443,20 @@ def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_
       traceview audit /shared/traces/ --scheduler tcp://10.0.0.5:8786 --json audit.json
     """
     from traceview import audit as auditing
-    from traceview.report import audit_markdown, junit
-    from traceview.rules.baseline import read_baseline
 
     if scheduler and jobs:
         raise TraceviewError("--scheduler and --jobs are exclusive: on a cluster, the workers set the parallelism")
+    files = {r: kwargs.pop(f"{r.flag}_path") for r in AUDIT.renderers.values() if r.flag}
     analysis = _analysis(kwargs)
     config, loaded_rules = _rule_setup(kwargs, fail_on=fail_on, baseline=baseline)
-    for out in (json_path, junit_path, markdown_path):
-        if out and not out.parent.exists():
-            raise TraceviewError(f"{out}: directory {out.parent} does not exist")
+    outputs = {renderer: path for renderer, path in files.items() if path}
+    for path in outputs.values():
+        _make_parent(path)
     if reports_dir:
         reports_dir.mkdir(parents=True, exist_ok=True)
-    targets, missing = auditing.discover(list(paths))
-    options = auditing.AuditOptions(
-        analysis=analysis, config=config, rules=tuple(loaded_rules),
-        known=read_baseline(config.baseline) if config.baseline else frozenset(),
-        reports_dir=str(reports_dir) if reports_dir else None,
-    )
+    targets, missing, skipped = auditing.discover(list(paths))
+    options = auditing.AuditOptions(check=workflow.CheckOptions.configured(analysis, config, loaded_rules),
+                                    reports_dir=str(reports_dir) if reports_dir else None)
     interactive = sys.stderr.isatty()
 
     def progress(done: int, total: int, row: dict) -> None:
@@ -583,60 +472,14 @@ def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_
         rows = auditing.run_on_cluster(targets, options, scheduler, progress) + missing
     else:
         rows = auditing.run(targets, options, jobs or auditing.default_jobs(), progress) + missing
-    document = auditing.summarise(sorted(rows, key=lambda r: r["path"]), config.fail_on, tuple(loaded_rules))
-    if json_path:
-        write_atomically(json_path, json.dumps(document, indent=1, sort_keys=True) + "\n")
-    if junit_path:
-        write_atomically(junit_path, junit.render(document))
-    text = audit_markdown.render(document)
-    if markdown_path:
-        write_atomically(markdown_path, text)
+    document = auditing.summarise(sorted(rows, key=lambda r: r["path"]), config.fail_on, tuple(loaded_rules), skipped)
+    _write(outputs, document)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary_file:
         with open(summary_file, "a", encoding="utf-8") as f:
-            f.write(text)
-    click.echo(audit_text(document))
+            f.write(AUDIT["md"].render(document))
+    _write({AUDIT["text"]: None}, document)
     sys.exit(document["exit_code"])
-
-
-def audit_text(document: dict) -> str:
-    rows = []
-    for row in document["rows"]:
-        if row["status"] == "error":
-            rows.append({"trace": row["path"], "gpu": "", "steps": None, "phases": "", "E": None, "W": None, "I": None,
-                         "top finding": f"error: {row['error']}"})
-        else:
-            sev = row["findings_by_severity"]
-            rows.append({"trace": row["path"], "gpu": row["gpu"] or "-", "steps": row["steps"],
-                         "phases": ", ".join(f"{n} {p}" for p, n in row["phases"].items()),
-                         "E": sev["error"], "W": sev["warning"], "I": sev["info"], "top finding": row["top_finding"] or ""})
-    counts = document["findings"]
-    footer = (f"{document['traces']} traces, {document['errors']} unreadable; findings: {counts['error']} errors, "
-              f"{counts['warning']} warnings, {counts['info']} info; exit {document['exit_code']}")
-    if not rows:
-        return footer
-    with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=70, tbl_width_chars=220,
-                   tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=True):
-        return str(pl.DataFrame(rows)) + "\n" + footer
-
-
-def _load_report(path: Path, analysis, config, loaded_rules) -> dict:
-    """A side of a diff: a saved JSON report as it is, or a trace analysed and checked now."""
-    from traceview.report.data import SCHEMA_VERSION, build_report
-    from traceview.rules import check as run_check
-
-    if path.is_file() and path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            data = None
-        if isinstance(data, dict) and data.get("generator", {}).get("name") == "traceview":
-            if data.get("schema_version") != SCHEMA_VERSION:
-                raise TraceviewError(f"{path}: report schema_version {data.get('schema_version')} is not {SCHEMA_VERSION}")
-            return data
-    with api.load(path) as loaded:
-        loaded.analyze(analysis)
-        return build_report(loaded.con, run_check(loaded.con, loaded_rules, config), __version__)
 
 
 def _percent_option(text: str | None) -> float | None:
@@ -654,8 +497,9 @@ def _percent_option(text: str | None) -> float | None:
 @cli.command()
 @click.argument("base", type=click.Path(path_type=Path))
 @click.argument("head", type=click.Path(path_type=Path))
-@click.option("-o", "--output", help="The diff file; other formats land beside it. Default: stdout for one format.")
-@click.option("--format", "formats", default="md", show_default=True, help="Comma-separated: md, json, html.")
+@click.option("-o", "--output", help="The diff file; its extension picks its format, other formats land beside it. "
+                                     "Default: stdout for one format.")
+@click.option("--format", "formats", default=DIFF.names()[0], show_default=True, help=_formats_help(DIFF))
 @click.option("--fail-on-regression", "fail_on_regression", metavar="PCT",
               help="Exit 1 when a phase's median step time or the total GPU busy time grows by more than PCT (e.g. 5%).")
 @click.option("--threshold", default=5.0, show_default=True, type=click.FloatRange(min=0),
@@ -672,43 +516,19 @@ def diff(base: Path, head: Path, output: str | None, formats: str, fail_on_regre
       traceview diff baseline-report.json pr.sqlite --format md -o -
     """
     from traceview.diff import build_diff
-    from traceview.report import diff_html, diff_markdown, json_report
 
     limit = _percent_option(fail_on_regression)
-    chosen = tuple(dict.fromkeys(f.strip() for f in formats.split(",") if f.strip()))
-    diff_renderers = {"md": diff_markdown, "json": json_report, "html": diff_html}
-    if not chosen or any(f not in diff_renderers for f in chosen):
-        raise TraceviewError(f"--format {formats!r}: choose from md, json, html (comma-separated)")
-    analysis = _analysis(kwargs)
-    config, loaded_rules = _rule_setup(kwargs)
-    if output is None:
-        output = "-" if len(chosen) == 1 else "diff." + chosen[0]
-    targets = _report_targets(output, chosen, [base, head])
-    result = build_diff(_load_report(base, analysis, config, loaded_rules), _load_report(head, analysis, config, loaded_rules),
+    chosen = DIFF.parse(formats)
+    options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
+    if output is None and len(chosen) == 1:
+        output = "-"
+    outputs = DIFF.targets(output, chosen, "diff", [base, head])
+    result = build_diff(workflow.report_for(base, options), workflow.report_for(head, options),
                         threshold_pct=threshold, kernel_threshold_pct=threshold, fail_on_regression_pct=limit)
-    for fmt, target in targets.items():
-        text = diff_renderers[fmt].render(result)
-        if target is None:
-            click.echo(text, nl=False)
-        else:
-            write_atomically(target, text)
-            click.echo(f"wrote {target}", err=True)
+    _write(outputs, result)
     for regression in result["regressions"]:
         click.echo(f"regression: {regression}", err=True)
     sys.exit(result["exit_code"])
-
-
-def reference_markdown() -> str:
-    """docs/cli.md: every command's --help, so the reference cannot drift from the code."""
-    parts = ["# traceview command line", "",
-             "Generated from `--help` by `traceview.cli.reference_markdown()`; a test keeps it current.", ""]
-    root = click.Context(cli, info_name="traceview", terminal_width=100, max_content_width=100)
-    commands = [("traceview", cli)] + sorted(cli.commands.items())
-    commands += [(f"rules {name}", command) for name, command in sorted(rules.commands.items())]
-    for name, command in commands:
-        context = root if command is cli else click.Context(command, info_name=name, parent=root, terminal_width=100, max_content_width=100)
-        parts += [f"## {'traceview' if command is cli else 'traceview ' + name}", "", "```", command.get_help(context), "```", ""]
-    return "\n".join(parts)
 
 
 def main() -> None:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from traceview import units
+
 DIFF_VERSION = 1
+KERNEL_STATUSES = ("slower", "new", "gone", "faster")
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -115,7 +118,7 @@ def build_diff(base: dict, head: dict, *, threshold_pct: float = 5.0, kernel_thr
                 regressions.append(f"{row['phase']} median step time +{row['median_change_pct']:.1f}%")
         if busy["change_pct"] is not None and busy["change_pct"] > fail_on_regression_pct:
             regressions.append(f"total GPU busy time +{busy['change_pct']:.1f}%")
-    return {
+    diff = {
         "schema_version": DIFF_VERSION,
         "base": {"files": base["trace"]["files"], "gpu": base_gpu.get("spec_name") or base_gpu.get("name"),
                  "spec_id": base_gpu.get("spec_id")},
@@ -136,3 +139,84 @@ def build_diff(base: dict, head: dict, *, threshold_pct: float = 5.0, kernel_thr
         "regressions": regressions,
         "exit_code": 1 if regressions else 0,
     }
+    diff["conclusion"] = conclude(diff)
+    return diff
+
+
+def _is_identical(diff: dict[str, Any]) -> bool:
+    """Same GPU work to the nanosecond: no GPU change, no category or busy-time delta, same step times."""
+    return (not diff["gpu_changed"] and not diff["gpu_busy"]["change_pct"]
+            and all(not c["delta_ns"] for c in diff["categories"])
+            and all(p["base"] == p["head"] for p in diff["phases"]))
+
+
+def conclude(diff: dict[str, Any]) -> dict[str, Any]:
+    """The diff's conclusion, which every renderer shows as it is: a status and plain-word lines, regressions first.
+
+    status: 'regression' (a gate failure or a phase whose step time moved beyond the noise),
+    'no change' (nothing beyond the thresholds and no kernel, finding or GPU change), else 'changed'.
+    """
+    thresholds = diff["thresholds"]
+    step_pct, kernel_pct = thresholds["step_pct"], thresholds["kernel_pct"]
+    gate = thresholds.get("fail_on_regression_pct")
+    regressions: list[str] = []
+    for text in diff["regressions"]:
+        regressions.append(f"Regression: {text} (the gate fails above +{gate:g}%)." if gate is not None
+                           else f"Regression: {text}.")
+    for p in diff["phases"]:
+        if p["verdict"] != "regression" or any(t.startswith(f"{p['phase']} median step time") for t in diff["regressions"]):
+            continue
+        b, h = p["base"], p["head"]
+        why = ("too few steps to measure the noise" if min(b["steps"], h["steps"]) < 3
+               else f"above base's p90 of {units.duration(b['p90_ns'])}")
+        regressions.append(f"Regression: {p['phase']} median step time {units.duration(b['median_ns'])} → "
+                           f"{units.duration(h['median_ns'])} ({units.signed_percent(p['median_change_pct'])}), {why}.")
+    kernels, new, fixed = diff["kernels"], diff["findings"]["new"], diff["findings"]["fixed"]
+    moved = [p for p in diff["phases"] if p["verdict"] != "unchanged"]
+    busy = diff["gpu_busy"]
+    if regressions:
+        status = "regression"
+    elif not (diff["gpu_changed"] or kernels or new or fixed or moved
+              or (busy["change_pct"] is not None and abs(busy["change_pct"]) >= step_pct)):
+        status = "no change"
+    else:
+        status = "changed"
+
+    lines: list[dict[str, str]] = [{"kind": "regression", "text": text} for text in regressions]
+    if not regressions:
+        lines.append({"kind": "calm", "text": f"No regression beyond the thresholds (step time ±{step_pct:g}% and "
+                                              f"outside base's p10–p90; kernel families ±{kernel_pct:g}%)."})
+    if status == "no change":
+        text = ("No change: neither run recorded GPU kernels." if not diff["categories"]
+                else "No change: base and head did the same GPU work, to the nanosecond." if _is_identical(diff)
+                else "No change: head matches base within the thresholds.")
+        lines.append({"kind": "calm", "text": text})
+    if diff["gpu_changed"]:
+        lines.append({"kind": "change", "text": f"The GPU changed: {diff['base']['gpu'] or 'unknown'} → "
+                                                f"{diff['head']['gpu'] or 'unknown'}, so times compare different "
+                                                "hardware (and often different kernel choices)."})
+    for p in moved:
+        if p["verdict"] == "improvement":
+            lines.append({"kind": "improvement", "text": f"Faster: {p['phase']} median step time "
+                          f"{units.duration(p['base']['median_ns'])} → {units.duration(p['head']['median_ns'])} "
+                          f"({units.signed_percent(p['median_change_pct'])})."})
+        elif p["verdict"] == "within noise":
+            lines.append({"kind": "info", "text": f"{p['phase']}: median step time "
+                          f"{units.signed_percent(p['median_change_pct'])}, but inside base's p10–p90 spread: noise, "
+                          "not a regression."})
+    lines.append({"kind": "info", "text": f"GPU busy {units.duration(busy['base_ns'])} → {units.duration(busy['head_ns'])} "
+                  f"({units.signed_percent(busy['change_pct'])}); GPU idle {units.percent(diff['gpu_idle_pct']['base'])} → "
+                  f"{units.percent(diff['gpu_idle_pct']['head'])} of the active span."})
+    if kernels:
+        counts = {s: sum(1 for k in kernels if k["status"] == s) for s in KERNEL_STATUSES}
+        top = kernels[0]
+        lines.append({"kind": "info", "text": f"{len(kernels)} kernel famil{'y' if len(kernels) == 1 else 'ies'} changed ("
+                      + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                      + f"); the largest: {top['kernel']} ({top['status']}, {units.signed_duration(top['delta_ns'])})."})
+    else:
+        lines.append({"kind": "info", "text": f"No kernel family changed by ±{kernel_pct:g}% or more, appeared or vanished."})
+    lines.append({"kind": "info", "text": f"Findings: {len(new)} new, {len(fixed)} fixed." if new or fixed
+                  else "The same findings fire in both runs."})
+    if gate is not None:
+        lines.append({"kind": "info", "text": f"Regression gate: fail above +{gate:g}% → exit code {diff['exit_code']}."})
+    return {"status": status, "lines": lines, "regressions": len(regressions), "identical": _is_identical(diff)}

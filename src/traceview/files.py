@@ -9,7 +9,7 @@ from pathlib import Path
 from traceview.errors import TraceviewError
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str | bytes) -> None:
     """Write beside the target, then rename: an interrupted run never leaves half a file.
 
     The file gets the permissions a plain open() would give (mkstemp's are owner-only).
@@ -17,7 +17,7 @@ def write_atomically(path: Path, text: str) -> None:
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as f:
             f.write(text)
         umask = os.umask(0)
         os.umask(umask)

@@ -15,7 +15,8 @@ from markupsafe import escape
 import traceview
 from conftest import REPO, SHARED_TRACES
 from test_html import HOSTILE, JSON_BLOCK, assert_charts_render, assert_offline, chart_rows, chromium, visible_text  # noqa: F401
-from traceview.diff import build_diff
+from traceview import units
+from traceview.diff import build_diff, conclude
 from traceview.report import diff_html
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
@@ -150,7 +151,7 @@ def test_regressions_come_first(generated: tuple[dict, dict]) -> None:
     diff = build_diff(head, base, fail_on_regression_pct=0.5)  # head has the removed kernel back: more GPU time
     assert diff["regressions"]
     page = diff_html.render(diff)
-    verdict = diff_html.verdict(diff)
+    verdict = diff["conclusion"]
     assert verdict["status"] == "regression" and verdict["lines"][0]["kind"] == "regression"
     assert verdict["lines"][0]["text"].startswith("Regression: total GPU busy time +")
     assert "No regression beyond" not in page
@@ -164,7 +165,7 @@ def test_phase_regression_beyond_noise_is_named(identical: tuple[dict, str]) -> 
     decode = next(p for p in diff["phases"] if p["phase"] == "decode")
     decode["head"] = {**decode["head"], "median_ns": decode["base"]["median_ns"] * 1.2}
     decode.update(median_change_pct=20.0, verdict="regression")
-    verdict = diff_html.verdict(diff)
+    diff["conclusion"] = verdict = conclude(diff)
     assert verdict["status"] == "regression"
     assert verdict["lines"][0]["text"].startswith("Regression: decode median step time 2.3 ms → 2.76 ms (+20.0%)")
     page = diff_html.render(diff)
@@ -172,11 +173,11 @@ def test_phase_regression_beyond_noise_is_named(identical: tuple[dict, str]) -> 
 
 
 def test_numbers_carry_units() -> None:
-    assert diff_html.signed_duration(4705) == "+4.71 µs"
-    assert diff_html.signed_duration(-87583) == "-87.6 µs"
-    assert diff_html.signed_duration(0) == "0 ns"
-    assert diff_html.signed_percent(3.14) == "+3.1%" and diff_html.signed_percent(-0.01) == "0.0%"
-    assert diff_html.signed_percent(None) == "n/a"
+    assert units.signed_duration(4705) == "+4.71 µs"
+    assert units.signed_duration(-87583) == "-87.6 µs"
+    assert units.signed_duration(0) == "0 ns"
+    assert units.signed_percent(3.14) == "+3.1%" and units.signed_percent(-0.01) == "0.0%"
+    assert units.signed_percent(None) == "n/a"
 
 
 # -- safety --------------------------------------------------------------------------------------

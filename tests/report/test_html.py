@@ -281,7 +281,7 @@ def test_templates_are_found_and_escape_everything() -> None:
     directory = html.default_templates_dir()
     names = {p.name for p in directory.glob("*.html")}
     assert {"base.html", "report.html", "_verdict.html", "_roofline.html", "_findings.html"} <= names
-    env = html._environment(str(directory))
+    env = html.environment(directory)
     assert env.autoescape is True
     assert env.from_string("{{ x }}").render(x="<b>") == "&lt;b&gt;"
 

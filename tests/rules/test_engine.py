@@ -24,7 +24,6 @@ name = "too-many-kernels"
 title = "More kernels than the team budget"
 severity = "info"
 since = "1.0"
-phases = ["any"]
 requires = ["kernels"]
 query = "SELECT rank, count(*) AS kernels, 0 AS estimated_saving_ns FROM kernels GROUP BY rank HAVING count(*) > $budget"
 message = "{kernels} kernels (budget {budget})"
@@ -63,6 +62,7 @@ def test_team_rule_directory_is_picked_up(tmp_path: Path, serving: traceview.Tra
         (lambda t: t.replace('id = "ACME001"', 'id = "acme"'), "id: 'acme' is not letters then digits"),
         (lambda t: 'colour = "red"\n' + t, "colour: unknown field"),
         (lambda t: t + 'colour = "red"\n', "doc.colour: unknown field"),
+        (lambda t: 'phases = ["decode"]\n' + t, "phases: no longer a rule field: filter on steps.phase"),
         (lambda t: t.replace('unit = "kernels"\n', ""), "params.budget.unit: missing"),
         (lambda t: t.replace('requires = ["kernels"]', 'requires = ["kernels.Name!"]'), "requires: 'kernels.Name!'"),
     ],

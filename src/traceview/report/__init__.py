@@ -1,17 +1,126 @@
-"""Reports: ReportData (data.py) rendered as HTML, Markdown or JSON.
+"""Renderers: each document (report, check, audit, diff, info) has one registry of its output formats.
 
-A renderer is a module with `NAME`, `EXTENSION` and `render(data) -> str`; adding a format is one
-module and one line in RENDERERS.
+A format is a `Renderer`: its `--format` name, the file extension it writes, whether it is binary,
+and the function that turns the document (plain data, built once) into text or bytes. The command
+line takes its `--format` choices and its output paths from the registry, so a new format (SARIF,
+GitHub annotations) is one module plus one entry here.
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-RENDERERS = {"html": "html", "md": "markdown", "json": "json_report"}
+from traceview.errors import TraceviewError
 
 
-def renderer(name: str) -> ModuleType:
-    """The renderer module for a format, imported on demand (HTML pulls in jinja2 and the chart code)."""
-    return importlib.import_module(f"traceview.report.{RENDERERS[name]}")
+@dataclass(frozen=True)
+class Renderer:
+    """One output format of one document; the module is imported on first use (HTML pulls in jinja2, altair)."""
+
+    name: str
+    extension: str
+    module: str  # under traceview.report
+    description: str
+    function: str = "render"
+    binary: bool = False
+    flag: str | None = None  # the option that writes this format to its own file (audit: --junit PATH)
+
+    def render(self, document: Any) -> str | bytes:
+        return getattr(importlib.import_module(f"traceview.report.{self.module}"), self.function)(document)
+
+
+class Registry:
+    """The formats of one document, in the order `--format` lists them."""
+
+    def __init__(self, document: str, *renderers: Renderer):
+        self.document = document
+        self.renderers = {r.name: r for r in renderers}
+        extensions = [r.extension for r in renderers]
+        if len(set(extensions)) != len(extensions):
+            raise ValueError(f"{document}: two formats share a file extension")
+
+    def names(self) -> list[str]:
+        return list(self.renderers)
+
+    def __getitem__(self, name: str) -> Renderer:
+        return self.renderers[name]
+
+    def for_extension(self, suffix: str) -> Renderer | None:
+        """The format whose files end in `suffix` ('.md'), or None."""
+        return next((r for r in self.renderers.values() if "." + r.extension == suffix.lower()), None)
+
+    def parse(self, text: str) -> tuple[Renderer, ...]:
+        """`--format html,md`: the named formats, each once, in the order given."""
+        names = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
+        unknown = [n for n in names if n not in self.renderers]
+        if unknown or not names:
+            raise TraceviewError(f"--format {text!r}: choose from {', '.join(self.renderers)} (comma-separated)")
+        return tuple(self.renderers[n] for n in names)
+
+    def targets(self, output: str | None, chosen: tuple[Renderer, ...], default_stem: str,
+                inputs: list[Path] = ()) -> dict[Renderer, Path | None]:
+        """Where each chosen format goes (None: stdout).
+
+        `-o -` is one format on stdout. An `-o` whose extension is a format's (`run.md`) is that
+        format's file and the others land beside it (`run.html`, `run.json`); any other `-o` is the
+        first format's file. Two formats never share a path, and no output is an input.
+        """
+        if output == "-":
+            if len(chosen) != 1:
+                raise TraceviewError("-o - writes one format to stdout: pick it with --format")
+            return {chosen[0]: None}
+        path = Path(output) if output else Path(f"{default_stem}.{chosen[0].extension}")
+        named = self.for_extension(path.suffix)
+        if named is not None and named not in chosen:
+            raise TraceviewError(f"-o {path}: a .{named.extension} file is the {named.name} format, "
+                                 f"which --format {','.join(r.name for r in chosen)} does not include")
+        primary = named or chosen[0]
+        stem = path.with_suffix("") if named else path
+        targets = {r: path if r is primary else stem.with_name(f"{stem.name}.{r.extension}") for r in chosen}
+        protected = {p.resolve() for p in inputs}
+        seen: dict[Path, Renderer] = {}
+        for renderer, target in targets.items():
+            resolved = target.resolve()
+            if resolved in protected:
+                raise TraceviewError(f"{target}: refusing to overwrite the input trace")
+            if resolved in seen:
+                raise TraceviewError(f"{target}: both --format {seen[resolved].name} and {renderer.name} would "
+                                     "write it (a link joins the two paths)")
+            seen[resolved] = renderer
+        return targets
+
+
+REPORT = Registry(
+    "report",
+    Renderer("html", "html", "html", "one self-contained HTML page"),
+    Renderer("md", "md", "markdown", "Markdown for a PR comment"),
+    Renderer("json", "json", "json_report", "versioned JSON (docs/report-json.md)"),
+)
+CHECK = Registry(
+    "check",
+    Renderer("text", "txt", "check_text", "text for a terminal"),
+    Renderer("json", "json", "json_report", "JSON"),
+)
+AUDIT = Registry(
+    "audit",
+    Renderer("text", "txt", "audit_text", "a table for a terminal"),
+    Renderer("json", "json", "json_report", "JSON", flag="json"),
+    Renderer("junit", "xml", "junit", "JUnit XML", flag="junit"),
+    Renderer("md", "md", "audit_markdown", "Markdown (the same text is appended to $GITHUB_STEP_SUMMARY when set)",
+             flag="markdown"),
+)
+DIFF = Registry(
+    "diff",
+    Renderer("md", "md", "diff_markdown", "Markdown for a PR comment"),
+    Renderer("json", "json", "json_report", "JSON"),
+    Renderer("html", "html", "diff_html", "one self-contained HTML page"),
+)
+INFO = Registry(
+    "info",
+    Renderer("text", "txt", "info_text", "text for a terminal"),
+    Renderer("json", "json", "json_report", "JSON"),
+)
+DOCUMENTS = {registry.document: registry for registry in (REPORT, CHECK, AUDIT, DIFF, INFO)}

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceview.report.format import duration
 from traceview.report.markdown import cell
+from traceview.units import duration
 
-NAME = "md"
-EXTENSION = "md"
 MAX_ROWS = 200
 
 

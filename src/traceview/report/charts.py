@@ -13,7 +13,7 @@ from typing import Any
 import altair as alt
 import polars as pl
 
-from traceview.report import format as fmt
+from traceview import units as fmt
 from traceview.report.data import PHASE_COLORS, PHASE_ORDER
 
 WIDTH = 980

@@ -11,10 +11,12 @@ from typing import Any
 
 import duckdb
 
-from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
+from traceview.analysis.intervals import busy_time_sql
+from traceview.model import db
 from traceview.model.db import dict_rows
-from traceview.report.format import size
 from traceview.rules.engine import CheckResult
+from traceview.rules.loader import severity_order_sql
+from traceview.units import size
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 25
@@ -60,14 +62,8 @@ def _trace(con) -> dict[str, Any]:
 
 
 def _gpu(con) -> dict[str, Any]:
-    """The GPU that ran the most kernel time, with its spec's peaks."""
-    gpu = _one(con, """
-        SELECT d.name, d.spec_id, s.name AS spec_name, s.hbm_bytes_per_s / 1e12 AS hbm_tbps, d.sm_count,
-               d.memory_bytes, count(DISTINCT (d.rank, d.device_id)) OVER () AS devices_used
-        FROM kernels k JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
-        LEFT JOIN gpu_specs s ON s.spec_id = d.spec_id
-        GROUP BY d.name, d.spec_id, s.name, s.hbm_bytes_per_s, d.sm_count, d.memory_bytes, d.rank, d.device_id
-        ORDER BY sum(k.dur_ns) DESC LIMIT 1""")
+    """The GPU that ran the most kernel time (the analysis' busiest_device), with its spec's peaks."""
+    gpu = _one(con, "SELECT name, spec_id, spec_name, hbm_tbps, sm_count, memory_bytes, devices_used FROM busiest_device")
     if gpu.get("spec_id"):
         peaks = dict_rows(con, "SELECT dtype, peak_flops / 1e12 AS tflops FROM gpu_peaks WHERE spec_id = ? ORDER BY peak_flops DESC",
                       [gpu["spec_id"]])
@@ -86,22 +82,18 @@ def _summary(con) -> dict[str, Any]:
     together); the headline "GPU busy" is `kernel_busy_pct`, since a GPU whose copy engines move data
     while its SMs sit idle is not busy computing.
     """
-    activity = "SELECT rank, device_id, start_ns, end_ns FROM kernels UNION ALL SELECT rank, device_id, start_ns, end_ns FROM memops"
-    summary = _one(con, f"""
-        WITH spans AS (SELECT rank, device_id, max(end_ns) - min(start_ns) AS span_ns FROM ({activity}) GROUP BY ALL),
-             busy AS ({busy_time_sql(activity, ("rank", "device_id"))}),
-             kernel_busy AS ({busy_time_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels", ("rank", "device_id"))})
+    summary = _one(con, """
         SELECT (SELECT count(*) FROM kernels) AS kernels,
                (SELECT coalesce(sum(dur_ns), 0) FROM kernels)::BIGINT AS kernel_time_ns,
                (SELECT count(*) FROM memops) AS memops,
                (SELECT count(*) FROM kernels WHERE launch_kind = 'graph') AS graph_kernels,
                (SELECT count(*) FROM steps) AS steps,
-               coalesce(sum(b.busy_ns), 0)::BIGINT AS gpu_busy_ns,
-               coalesce(sum(s.span_ns), 0)::BIGINT AS gpu_span_ns,
-               100.0 * (1 - sum(b.busy_ns) / nullif(sum(s.span_ns), 0)) AS gpu_idle_pct,
-               coalesce(sum(k.busy_ns), 0)::BIGINT AS kernel_busy_ns,
-               100.0 * sum(k.busy_ns) / nullif(sum(s.span_ns), 0) AS kernel_busy_pct
-        FROM spans s JOIN busy b USING (rank, device_id) LEFT JOIN kernel_busy k USING (rank, device_id)""")
+               coalesce(sum(busy_ns), 0)::BIGINT AS gpu_busy_ns,
+               coalesce(sum(span_ns), 0)::BIGINT AS gpu_span_ns,
+               100.0 * (1 - sum(busy_ns) / nullif(sum(span_ns), 0)) AS gpu_idle_pct,
+               coalesce(sum(kernel_busy_ns), 0)::BIGINT AS kernel_busy_ns,
+               100.0 * sum(kernel_busy_ns) / nullif(sum(span_ns), 0) AS kernel_busy_pct
+        FROM device_activity""")
     summary["copies"] = _memops(con, "memcpy", summary.get("gpu_span_ns"))
     summary["memsets"] = _memops(con, "memset", summary.get("gpu_span_ns"))
     summary["communication"] = _communication(con)
@@ -130,41 +122,12 @@ def _memops(con, kind: str, span_ns: int | None) -> dict[str, Any]:
 
 
 def _communication(con) -> list[dict[str, Any]]:
-    """Per device: the union of communication kernels, the part of it under non-communication kernels, the rest.
-
-    The method of TV401: overlap = C(hi) - C(lo) over each communication island, where C(t) is the
-    compute-busy time before t, read by ASOF join on the compute islands' running sum (exact ns).
-    """
-    comm = busy_islands_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels WHERE category = 'communication'",
-                            ("rank", "device_id"))
-    compute = busy_islands_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels "
-                               "WHERE category IS DISTINCT FROM 'communication'", ("rank", "device_id"))
-    return dict_rows(con, f"""
-        WITH comm AS ({comm}),
-        compute_cum AS (
-            SELECT rank, device_id, lo, hi,
-                   coalesce(sum(hi - lo) OVER (PARTITION BY rank, device_id ORDER BY lo
-                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-            FROM ({compute})
-        ),
-        at_hi AS (
-            SELECT c.rank, c.device_id, c.lo, c.hi,
-                   CASE WHEN k.lo IS NULL THEN 0 WHEN c.hi >= k.hi THEN k.before + k.hi - k.lo
-                        ELSE k.before + c.hi - k.lo END AS compute_before_hi
-            FROM comm c ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
-        ),
-        at_lo AS (
-            SELECT c.*,
-                   CASE WHEN k.lo IS NULL THEN 0 WHEN c.lo >= k.hi THEN k.before + k.hi - k.lo
-                        ELSE k.before + c.lo - k.lo END AS compute_before_lo
-            FROM at_hi c ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
-        ),
-        counts AS (SELECT rank, device_id, count(*) AS kernels FROM kernels WHERE category = 'communication' GROUP BY ALL)
-        SELECT rank, device_id, any_value(n.kernels) AS kernels, sum(hi - lo)::BIGINT AS comm_ns,
-               sum(compute_before_hi - compute_before_lo)::BIGINT AS overlapped_ns,
-               sum(hi - lo - (compute_before_hi - compute_before_lo))::BIGINT AS exposed_ns
-        FROM at_lo JOIN counts n USING (rank, device_id)
-        GROUP BY rank, device_id ORDER BY rank, device_id""")
+    """Per device: the union of communication kernels, the part of it under non-communication kernels, the rest
+    (`device_activity`, the same figures TV401 reads)."""
+    return dict_rows(con, """
+        SELECT rank, device_id, comm_kernels AS kernels, comm_ns, comm_ns - comm_exposed_ns AS overlapped_ns,
+               comm_exposed_ns AS exposed_ns
+        FROM device_activity WHERE comm_kernels IS NOT NULL ORDER BY rank, device_id""")
 
 
 def _phase_gap(phase: dict[str, Any]) -> str | None:
@@ -253,7 +216,14 @@ def _steps(con) -> list[dict[str, Any]]:
 
 def _top_kernels(con) -> list[dict[str, Any]]:
     return dict_rows(con, f"""
-        SELECT k.short_name, any_value(k.name) AS name, any_value(k.category) AS category, any_value(k.dtype) AS dtype,
+        WITH variants AS (  -- a family's name, category and dtype are those of its variant with the most time
+            SELECT short_name, arg_max(struct_pack(name := name, category := category, dtype := dtype),
+                                       (variant_ns, name)) AS top
+            FROM (SELECT short_name, name, category, dtype, sum(dur_ns) AS variant_ns FROM kernels GROUP BY ALL)
+            GROUP BY short_name
+        )
+        SELECT k.short_name, any_value(v.top.name) AS name, any_value(v.top.category) AS category,
+               any_value(v.top.dtype) AS dtype,
                count(*) AS count, sum(k.dur_ns)::BIGINT AS time_ns,
                100.0 * sum(k.dur_ns) / (SELECT sum(dur_ns) FROM kernels) AS share_pct,
                median(k.dur_ns)::BIGINT AS median_ns,
@@ -265,7 +235,8 @@ def _top_kernels(con) -> list[dict[str, Any]]:
                    / nullif(sum(k.dur_ns) FILTER (WHERE k.cost_status = 'accepted' AND k.bytes IS NOT NULL), 0) / 1e3
                    AS achieved_tbps,
                string_agg(DISTINCT k.phase, ', ' ORDER BY k.phase) AS phases
-        FROM kernels k GROUP BY k.short_name ORDER BY time_ns DESC, k.short_name LIMIT {TOP_KERNELS}""")
+        FROM kernels k JOIN variants v ON v.short_name IS NOT DISTINCT FROM k.short_name
+        GROUP BY k.short_name ORDER BY time_ns DESC, k.short_name LIMIT {TOP_KERNELS}""")
 
 
 def _kernel_families(con) -> list[dict[str, Any]]:
@@ -307,7 +278,7 @@ def _roofline(con) -> dict[str, Any]:
 def _capture(con, result: CheckResult) -> dict[str, Any]:
     diagnostics = dict_rows(con, """
         SELECT rank, source, severity, code, message, count(*) AS occurrences FROM diagnostics
-        GROUP BY rank, source, severity, code, message ORDER BY CASE severity WHEN 'error' THEN 0 WHEN 'warning' THEN 1 ELSE 2 END, rank, code, message""")
+        GROUP BY rank, source, severity, code, message ORDER BY """ + severity_order_sql("severity") + ", rank, code, message")
     return {"diagnostics": diagnostics, "skipped_rules": [s.to_dict() for s in result.skipped]}
 
 
@@ -337,6 +308,33 @@ def _verdict(data: dict[str, Any]) -> list[str]:
     top_finding = (f"Top finding: {findings[0]['message']} (up to {findings[0]['estimated_saving_ns'] / 1e6:.1f} ms)"
                    if findings else "No findings.")
     return [where, wall[0].upper() + wall[1:], top_finding]
+
+
+def check_document(trace: str, result: CheckResult) -> dict[str, Any]:
+    """What `traceview check` prints: the findings ranked, the rules skipped and why, what the baseline hid."""
+    return {
+        "schema_version": 1,
+        "trace": trace,
+        "findings": [f.to_dict() for f in result.findings],
+        "skipped": [s.to_dict() for s in result.skipped],
+        "rules_run": list(result.rules_run),
+        "suppressed_by_baseline": result.suppressed,
+    }
+
+
+def trace_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
+    """What `traceview info` prints: the files, the GPUs, rows per table, launch kinds, phases, diagnostics."""
+    kinds = dict(con.execute("SELECT launch_kind, count(*) FROM kernels GROUP BY ALL").fetchall())
+    return {
+        "traces": dict_rows(con, "SELECT *, end_ns - start_ns AS span_ns FROM trace_info ORDER BY rank"),
+        "devices": dict_rows(con, "SELECT * FROM devices ORDER BY rank, device_id"),
+        "phases": [{"wall_ns": p["time_ns"], **p} for p in phase_rows(con)],
+        "rows": {table: con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+                 for table in db.CONTRACT_TABLES if table != "trace_info"},
+        "kernels": {"graph": kinds.get("graph", 0), "eager": kinds.get("eager", 0)},
+        "diagnostics": dict_rows(con, "SELECT rank, source, severity, code, message FROM diagnostics ORDER BY "
+                                      + severity_order_sql("severity") + ", rank, timestamp_ns NULLS FIRST"),
+    }
 
 
 def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: str) -> dict[str, Any]:

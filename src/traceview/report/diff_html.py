@@ -6,8 +6,8 @@ autoescape, ``base.html`` (CSS, Content-Security-Policy, sortable tables, the ch
 the inlined Vega bundle. ``templates/diff.html`` includes one ``_diff_<section>.html`` per section.
 
 Charts: per phase, base and head step-time distributions (median dot, p10–p90 whisker); per
-kernel category, the change in kernel time as a diverging bar. The verdict lines are built here in
-plain words, regressions first, so the template only lays them out.
+kernel category, the change in kernel time as a diverging bar. The conclusion (status and verdict
+lines) comes with the diff (``traceview.diff.conclude``), so this page and the Markdown agree.
 """
 
 from __future__ import annotations
@@ -18,35 +18,16 @@ from typing import Any
 from markupsafe import Markup
 
 import traceview
-from traceview.report import format as fmt
+from traceview import units as fmt
+from traceview.diff import KERNEL_STATUSES
 from traceview.report import html
 from traceview.report.data import SCHEMA_VERSION as REPORT_SCHEMA_VERSION
 
-NAME = "html"
-EXTENSION = "html"
 MAX_KERNELS = 300  # changed kernel families shown in the table; the rest are counted
 RUN_COLORS = {"base": "#8c99a6", "head": "#2f6feb"}
 DIRECTION_COLORS = {"more time in head": "#e45756", "less time in head": "#54a24b"}
-STATUS_ORDER = {"slower": 0, "new": 1, "gone": 2, "faster": 3}
+STATUS_ORDER = {status: order for order, status in enumerate(KERNEL_STATUSES)}
 VERDICT_ORDER = {"regression": 0, "within noise": 1, "improvement": 2, "unchanged": 3}
-
-
-# -- formatting ------------------------------------------------------------------------------------
-
-
-def signed_percent(pct: float | None) -> str:
-    """A change in percent with its sign: '+3.1%', '-100.0%', 'n/a'."""
-    if pct is None:
-        return "n/a"
-    text = f"{pct:+.1f}%"
-    return "0.0%" if text in ("+0.0%", "-0.0%") else text
-
-
-def signed_duration(ns: float | None) -> str:
-    """A time difference with its sign and unit: '+4.71 µs', '-87.6 µs', '0 ns'."""
-    if ns is None:
-        return "n/a"
-    return ("+" if ns > 0 else "") + fmt.duration(ns)
 
 
 def change_class(value: float | None) -> str:
@@ -54,14 +35,6 @@ def change_class(value: float | None) -> str:
     if not value:
         return ""
     return "up" if value > 0 else "down"
-
-
-def _unit(max_ns: float) -> tuple[str, float]:
-    """The time unit a chart axis reads best in for values up to `max_ns`."""
-    for unit, scale in (("s", 1e9), ("ms", 1e6), ("µs", 1e3)):
-        if max_ns >= scale:
-            return unit, scale
-    return "ns", 1.0
 
 
 def _scaled(ns: float | None, scale: float) -> float | None:
@@ -80,7 +53,7 @@ def step_distributions(diff: dict[str, Any]):
     stats = [(p, run, p[run]) for p in diff["phases"] for run in ("base", "head") if p[run]["median_ns"] is not None]
     if not stats:
         return None
-    unit, scale = _unit(max(s["p90_ns"] or s["median_ns"] for _, _, s in stats))
+    unit, scale = fmt.time_unit(max(s["p90_ns"] or s["median_ns"] for _, _, s in stats))
     rows = [{"phase": p["phase"] or "none", "run": run, "steps": s["steps"], "median": _scaled(s["median_ns"], scale),
              "p10": _scaled(s["p10_ns"], scale), "p90": _scaled(s["p90_ns"], scale),
              "spread_pct": round(s["spread_pct"], 2) if s["spread_pct"] is not None else None,
@@ -124,7 +97,7 @@ def category_deltas(diff: dict[str, Any]):
     changed = [c for c in diff["categories"] if c["delta_ns"]]
     if not changed:
         return None
-    unit, scale = _unit(max(abs(c["delta_ns"]) for c in changed))
+    unit, scale = fmt.time_unit(max(abs(c["delta_ns"]) for c in changed))
     rows = [{"category": charts._label(c["category"] or "none"), "delta": _scaled(c["delta_ns"], scale),
              "base": _scaled(c["base_time_ns"], scale), "head": _scaled(c["head_time_ns"], scale),
              "change_pct": round(c["change_pct"], 2) if c["change_pct"] is not None else None,
@@ -153,102 +126,20 @@ def build_charts(diff: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: chart.to_dict() for name, chart in built.items() if chart is not None}
 
 
-# -- verdict ---------------------------------------------------------------------------------------
-
-
-def _is_identical(diff: dict[str, Any]) -> bool:
-    """Same GPU work to the nanosecond: no GPU change, no category or busy-time delta, same step times."""
-    return (not diff["gpu_changed"] and not diff["gpu_busy"]["change_pct"]
-            and all(not c["delta_ns"] for c in diff["categories"])
-            and all(p["base"] == p["head"] for p in diff["phases"]))
-
-
-def verdict(diff: dict[str, Any]) -> dict[str, Any]:
-    """The page's conclusion: a status and plain-word lines, regressions first.
-
-    status: 'regression' (a gate failure or a phase whose step time moved beyond the noise),
-    'no change' (nothing beyond the thresholds and no kernel, finding or GPU change), else 'changed'.
-    """
-    thresholds = diff["thresholds"]
-    step_pct, kernel_pct = thresholds["step_pct"], thresholds["kernel_pct"]
-    gate = thresholds.get("fail_on_regression_pct")
-    regressions: list[str] = []
-    for text in diff["regressions"]:
-        regressions.append(f"Regression: {text} (the gate fails above +{gate:g}%)." if gate is not None
-                           else f"Regression: {text}.")
-    for p in diff["phases"]:
-        if p["verdict"] != "regression" or any(t.startswith(f"{p['phase']} median step time") for t in diff["regressions"]):
-            continue
-        b, h = p["base"], p["head"]
-        why = ("too few steps to measure the noise" if min(b["steps"], h["steps"]) < 3
-               else f"above base's p90 of {fmt.duration(b['p90_ns'])}")
-        regressions.append(f"Regression: {p['phase']} median step time {fmt.duration(b['median_ns'])} → "
-                           f"{fmt.duration(h['median_ns'])} ({signed_percent(p['median_change_pct'])}), {why}.")
-    kernels, new, fixed = diff["kernels"], diff["findings"]["new"], diff["findings"]["fixed"]
-    moved = [p for p in diff["phases"] if p["verdict"] != "unchanged"]
-    busy = diff["gpu_busy"]
-    if regressions:
-        status = "regression"
-    elif not (diff["gpu_changed"] or kernels or new or fixed or moved
-              or (busy["change_pct"] is not None and abs(busy["change_pct"]) >= step_pct)):
-        status = "no change"
-    else:
-        status = "changed"
-
-    lines: list[dict[str, str]] = [{"kind": "regression", "text": text} for text in regressions]
-    if not regressions:
-        lines.append({"kind": "calm", "text": f"No regression beyond the thresholds (step time ±{step_pct:g}% and "
-                                              f"outside base's p10–p90; kernel families ±{kernel_pct:g}%)."})
-    if status == "no change":
-        text = ("No change: neither run recorded GPU kernels." if not diff["categories"]
-                else "No change: base and head did the same GPU work, to the nanosecond." if _is_identical(diff)
-                else "No change: head matches base within the thresholds.")
-        lines.append({"kind": "calm", "text": text})
-    if diff["gpu_changed"]:
-        lines.append({"kind": "change", "text": f"The GPU changed: {diff['base']['gpu'] or 'unknown'} → "
-                                                f"{diff['head']['gpu'] or 'unknown'}, so times compare different "
-                                                "hardware (and often different kernel choices)."})
-    for p in moved:
-        if p["verdict"] == "improvement":
-            lines.append({"kind": "improvement", "text": f"Faster: {p['phase']} median step time "
-                          f"{fmt.duration(p['base']['median_ns'])} → {fmt.duration(p['head']['median_ns'])} "
-                          f"({signed_percent(p['median_change_pct'])})."})
-        elif p["verdict"] == "within noise":
-            lines.append({"kind": "info", "text": f"{p['phase']}: median step time "
-                          f"{signed_percent(p['median_change_pct'])}, but inside base's p10–p90 spread: noise, "
-                          "not a regression."})
-    lines.append({"kind": "info", "text": f"GPU busy {fmt.duration(busy['base_ns'])} → {fmt.duration(busy['head_ns'])} "
-                  f"({signed_percent(busy['change_pct'])}); GPU idle {fmt.percent(diff['gpu_idle_pct']['base'])} → "
-                  f"{fmt.percent(diff['gpu_idle_pct']['head'])} of the active span."})
-    if kernels:
-        counts = {s: sum(1 for k in kernels if k["status"] == s) for s in STATUS_ORDER}
-        top = kernels[0]
-        lines.append({"kind": "info", "text": f"{len(kernels)} kernel famil{'y' if len(kernels) == 1 else 'ies'} changed ("
-                      + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                      + f"); the largest: {top['kernel']} ({top['status']}, {signed_duration(top['delta_ns'])})."})
-    else:
-        lines.append({"kind": "info", "text": f"No kernel family changed by ±{kernel_pct:g}% or more, appeared or vanished."})
-    lines.append({"kind": "info", "text": f"Findings: {len(new)} new, {len(fixed)} fixed." if new or fixed
-                  else "The same findings fire in both runs."})
-    if gate is not None:
-        lines.append({"kind": "info", "text": f"Regression gate: fail above +{gate:g}% → exit code {diff['exit_code']}."})
-    return {"status": status, "lines": lines, "regressions": len(regressions)}
-
-
 # -- page ------------------------------------------------------------------------------------------
 
 
 def render(diff: dict[str, Any], templates_dir: str | Path | None = None) -> str:
     """The page for one diff (``traceview.diff.build_diff``); `templates_dir` overrides the shipped templates."""
     specs = build_charts(diff)
-    env = html._environment(str(Path(templates_dir) if templates_dir else html.default_templates_dir()))
+    env = html.environment(templates_dir)
     kernels = diff["kernels"]
     footer = {"generator": {"version": traceview.__version__},  # what base.html's footer reads
               "schema_version": f"{REPORT_SCHEMA_VERSION} · diff schema {diff.get('schema_version')}"}
     return env.get_template("diff.html").render(
-        diff=diff, data=footer, charts=specs, csp=html.CSP, verdict=verdict(diff),
+        diff=diff, data=footer, charts=specs, csp=html.CSP, verdict=diff["conclusion"],
         kernels=kernels[:MAX_KERNELS], hidden_kernels=max(0, len(kernels) - MAX_KERNELS),
-        identical=_is_identical(diff), status_order=STATUS_ORDER, verdict_order=VERDICT_ORDER,
-        signed_percent=signed_percent, signed_duration=signed_duration, change_class=change_class,
+        identical=diff["conclusion"]["identical"], status_order=STATUS_ORDER, verdict_order=VERDICT_ORDER,
+        signed_percent=fmt.signed_percent, signed_duration=fmt.signed_duration, change_class=change_class,
         vega_js=Markup(html.vega_javascript()) if specs else Markup(""),
     )

@@ -1,45 +1,41 @@
-"""`traceview diff` as Markdown for a PR comment: GPU, phases, categories, kernels, findings."""
+"""`traceview diff` as Markdown for a PR comment: the conclusion, GPU, phases, categories, kernels, findings.
+
+The conclusion is the diff's own (`traceview.diff.conclude`), the same lines the HTML page shows.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from traceview.report.format import duration, percent
 from traceview.report.markdown import cell
+from traceview.units import duration, percent, signed_percent
 
-NAME = "md"
-EXTENSION = "md"
 MAX_KERNELS = 30
-
-
-def _signed(pct: float | None) -> str:
-    return "n/a" if pct is None else f"{pct:+.1f}%"
 
 
 def render(diff: dict[str, Any]) -> str:
     base, head = diff["base"], diff["head"]
     gpu = (f"GPU changed: **{cell(base['gpu'])}** → **{cell(head['gpu'])}**" if diff["gpu_changed"]
            else f"GPU: {cell(head['gpu'])}")
-    busy = diff["gpu_busy"]
+    conclusion = diff["conclusion"]
     lines = [
         "## traceview diff",
         "",
         f"base {cell(', '.join(f.rsplit('/', 1)[-1] for f in base['files']), 200)} → "
         f"head {cell(', '.join(f.rsplit('/', 1)[-1] for f in head['files']), 200)} · {gpu}",
         "",
-        f"GPU busy {duration(busy['base_ns'])} → {duration(busy['head_ns'])} ({_signed(busy['change_pct'])}); "
-        f"idle {percent(diff['gpu_idle_pct']['base'])} → {percent(diff['gpu_idle_pct']['head'])}",
+        f"**{conclusion['status'].capitalize()}**",
+        "",
+        *(f"- {cell(line['text'], 400)}" for line in conclusion["lines"]),
         "",
     ]
-    if diff["regressions"]:
-        lines += ["**Regressions:** " + "; ".join(diff["regressions"]), ""]
     if diff["phases"]:
         lines += ["| phase | steps | median step | p90 step | change | verdict | % of roof |",
                   "|---|---:|---:|---:|---:|---|---:|"]
         for p in diff["phases"]:
             b, h = p["base"], p["head"]
             lines.append(f"| {p['phase']} | {b['steps']} → {h['steps']} | {duration(b['median_ns'])} → {duration(h['median_ns'])} "
-                         f"| {duration(b['p90_ns'])} → {duration(h['p90_ns'])} | {_signed(p['median_change_pct'])} "
+                         f"| {duration(b['p90_ns'])} → {duration(h['p90_ns'])} | {signed_percent(p['median_change_pct'])} "
                          f"| {p['verdict']} | {percent(p['base_pct_of_roof'])} → {percent(p['head_pct_of_roof'])} |")
         lines.append("")
     changed = [c for c in diff["categories"] if c["delta_ns"]]
@@ -47,7 +43,7 @@ def render(diff: dict[str, Any]) -> str:
         lines += ["| category | base | head | change |", "|---|---:|---:|---:|"]
         for c in changed[:15]:
             lines.append(f"| {cell(c['category'])} | {duration(c['base_time_ns'])} | {duration(c['head_time_ns'])} "
-                         f"| {_signed(c['change_pct'])} |")
+                         f"| {signed_percent(c['change_pct'])} |")
         lines.append("")
     kernels = diff["kernels"]
     lines.append(f"### Kernels that changed ({len(kernels)})")
@@ -56,7 +52,7 @@ def render(diff: dict[str, Any]) -> str:
         lines += ["| kernel | category | status | base | head | change |", "|---|---|---|---:|---:|---:|"]
         for k in kernels[:MAX_KERNELS]:
             lines.append(f"| {cell(k['kernel'])} | {cell(k['category'])} | {k['status']} | {duration(k['base_time_ns'])} "
-                         f"| {duration(k['head_time_ns'])} | {_signed(k['change_pct'])} |")
+                         f"| {duration(k['head_time_ns'])} | {signed_percent(k['change_pct'])} |")
     else:
         lines.append("No kernel family changed beyond the threshold.")
     new, fixed = diff["findings"]["new"], diff["findings"]["fixed"]

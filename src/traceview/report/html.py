@@ -20,13 +20,12 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
+from traceview import units as fmt
 from traceview.errors import TraceviewError
 from traceview.files import user_cache_dir, write_atomically
-from traceview.report import format as fmt
 from traceview.report.data import PHASE_COLORS, PHASE_ORDER
+from traceview.resources import data_dir
 
-NAME = "html"
-EXTENSION = "html"
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
        "font-src 'none'; connect-src 'none'; media-src 'none'; object-src 'none'; frame-src 'none'; "
        "worker-src 'none'; base-uri 'none'; form-action 'none'")
@@ -35,12 +34,8 @@ _TIMESTAMP = re.compile(r"(^|_)(start|end|ts)_ns$")  # evidence columns holding 
 
 
 def default_templates_dir() -> Path:
-    """``templates/`` of the source tree, else the copy shipped inside the package."""
-    here = Path(__file__).resolve()
-    repo_dir = here.parents[3] / "templates"
-    if (repo_dir / "report.html").is_file():
-        return repo_dir
-    return here.parent / "templates"  # traceview/report/templates/ in an installed wheel
+    """The top-level ``templates/``, as installed (:func:`traceview.resources.data_dir`)."""
+    return data_dir("templates")
 
 
 @lru_cache(maxsize=1)
@@ -67,6 +62,14 @@ def vega_javascript() -> str:
     except (OSError, TraceviewError):
         pass  # a read-only home only costs the rebuild next time
     return script
+
+
+def environment(templates_dir: str | Path | None = None) -> jinja2.Environment:
+    """The Jinja environment every HTML page renders in (the report, the diff): autoescape, unit filters.
+
+    `templates_dir` overrides the shipped templates.
+    """
+    return _environment(str(Path(templates_dir) if templates_dir else default_templates_dir()))
 
 
 @lru_cache(maxsize=4)
@@ -230,8 +233,7 @@ def render(data: dict[str, Any], templates_dir: str | Path | None = None) -> str
     from traceview.report import charts  # altair is imported only when a page is rendered
 
     specs = {name: chart.to_dict() for name, chart in charts.build(data).items() if chart is not None}
-    env = _environment(str(Path(templates_dir) if templates_dir else default_templates_dir()))
-    return env.get_template("report.html").render(
+    return environment(templates_dir).get_template("report.html").render(
         data=data, charts=specs, csp=CSP, has_gpu=bool(data["summary"]["kernels"]), gaps=_gaps(data),
         peaks=_peaks(data["gpu"]), columns=_columns(data), category_table=_category_table(data),
         finding_groups=_finding_groups(data["findings"]), step_bucket=charts.step_bucket(len(data["steps"])),

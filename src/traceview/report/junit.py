@@ -8,13 +8,11 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-NAME = "junit"
-EXTENSION = "xml"
-SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+from traceview.rules.loader import SEVERITIES
 
 
 def render(audit: dict[str, Any]) -> str:
-    floor = SEVERITY_RANK[audit["fail_on"]]
+    floor = SEVERITIES.index(audit["fail_on"])
     root = ET.Element("testsuites", name="traceview audit")
     totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
     for row in audit["rows"]:
@@ -33,7 +31,7 @@ def render(audit: dict[str, Any]) -> str:
                                      name=f"{rule_id} {audit['rules'].get(rule_id, '')}".strip())
                 counts["tests"] += 1
                 skipped = next((s for s in row["skipped"] if s["rule"] == rule_id), None)
-                failing = [f for f in by_rule.get(rule_id, []) if SEVERITY_RANK[f["severity"]] >= floor]
+                failing = [f for f in by_rule.get(rule_id, []) if SEVERITIES.index(f["severity"]) >= floor]
                 if skipped:
                     ET.SubElement(case, "skipped", message=skipped["reason"])
                     counts["skipped"] += 1

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceview.report.format import duration, number, percent, size
+from traceview.units import duration, number, percent, size
 
-NAME = "md"
-EXTENSION = "md"
 TOP_FINDINGS = 10
 TOP_KERNELS = 10
 MAX_NAME = 80

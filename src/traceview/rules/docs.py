@@ -9,7 +9,7 @@ from traceview.rules.loader import Rule, load_rules
 def explain_text(rule: Rule, config: RuleConfig) -> str:
     """The text `rules explain` prints and docs/rules.md collects."""
     lines = [f"{rule.id} {rule.name}: {rule.title}", "",
-             f"severity: {config.severity_for(rule)}    phases: {', '.join(rule.phases)}    "
+             f"severity: {config.severity_for(rule)}    "
              f"tags: {', '.join(rule.tags) or '-'}    since: {rule.since}",
              f"requires: {', '.join(rule.requires)}", ""]
     for heading, key in (("What it flags", "what"), ("Why it matters", "why"), ("How to fix", "fix"),

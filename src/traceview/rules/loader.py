@@ -15,14 +15,14 @@ from typing import Any
 
 from traceview.compat import tomllib
 from traceview.errors import TraceviewError
+from traceview.resources import data_dir
 
-SEVERITIES = ("info", "warning", "error")
-PHASES = ("prefill", "decode", "mixed", "train", "any")
+SEVERITIES = ("info", "warning", "error")  # least to most severe: the one order of rules, findings, diagnostics
 ID_PATTERN = re.compile(r"^[A-Z]{2,}[0-9]{3,}$")
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 REQUIRE_PATTERN = re.compile(r"^[a-z_]+(?:\.[a-z_]+)?$")
 DOC_FIELDS = ("what", "why", "fix")
-TOP_LEVEL = {"id", "name", "title", "severity", "since", "phases", "tags", "requires", "params", "doc", "query",
+TOP_LEVEL = {"id", "name", "title", "severity", "since", "tags", "requires", "params", "doc", "query",
              "message"}
 
 
@@ -43,7 +43,6 @@ class Rule:
     title: str
     severity: str
     since: str
-    phases: tuple[str, ...]
     tags: tuple[str, ...]
     requires: tuple[str, ...]
     params: tuple[Param, ...]
@@ -59,6 +58,11 @@ class Rule:
 
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.params}
+
+
+def severity_order_sql(column: str) -> str:
+    """A DuckDB sort key putting the most severe value of `column` first; an unknown one sorts as the least."""
+    return f"coalesce(list_position({list(reversed(SEVERITIES))!r}, {column}), {len(SEVERITIES)})"
 
 
 def _fail(path: Path, where: str, problem: str) -> TraceviewError:
@@ -92,6 +96,8 @@ def load_rule(path: Path) -> Rule:
         raise TraceviewError(f"{path}: cannot read rule file ({exc})") from None
     except tomllib.TOMLDecodeError as exc:
         raise TraceviewError(f"{path}: invalid TOML ({exc})") from None
+    if "phases" in data:  # never enforced: the query alone decides which steps a rule looks at
+        raise _fail(path, "phases", "no longer a rule field: filter on steps.phase or kernels.phase in the query")
     unknown = set(data) - TOP_LEVEL
     if unknown:
         raise _fail(path, sorted(unknown)[0], "unknown field")
@@ -104,9 +110,6 @@ def load_rule(path: Path) -> Rule:
     severity = _get(data, "severity", str, path)
     if severity not in SEVERITIES:
         raise _fail(path, "severity", f"{severity!r} is not one of {', '.join(SEVERITIES)}")
-    phases = _strings(_get(data, "phases", list, path), path, "phases")
-    if bad := [p for p in phases if p not in PHASES]:
-        raise _fail(path, "phases", f"{bad[0]!r} is not one of {', '.join(PHASES)}")
     requires = _strings(_get(data, "requires", list, path), path, "requires")
     if bad := [r for r in requires if not REQUIRE_PATTERN.match(r)]:
         raise _fail(path, "requires", f"{bad[0]!r} is not table or table.column")
@@ -137,7 +140,7 @@ def load_rule(path: Path) -> Rule:
         raise _fail(path, "message", f"bad template ({exc})") from None
     return Rule(
         id=rule_id, name=name, title=_get(data, "title", str, path), severity=severity,
-        since=_get(data, "since", str, path), phases=phases,
+        since=_get(data, "since", str, path),
         tags=_strings(_get(data, "tags", list, path, optional=True) or [], path, "tags"),
         requires=requires, params=tuple(params), doc={k: str(v).strip() for k, v in doc.items()},
         query=query, message=message, path=path,
@@ -145,9 +148,8 @@ def load_rule(path: Path) -> Rule:
 
 
 def builtin_rules_dir() -> Path:
-    """The repository's rules/ (also shipped inside the package as traceview/rules/builtin)."""
-    source_tree = Path(__file__).resolve().parents[3] / "rules"
-    return source_tree if source_tree.is_dir() else Path(__file__).resolve().parent / "builtin"
+    """The top-level ``rules/``, as installed (:func:`traceview.resources.data_dir`)."""
+    return data_dir("rules")
 
 
 def load_rules(extra_dirs: tuple[Path, ...] = ()) -> list[Rule]:

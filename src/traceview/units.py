@@ -1,0 +1,74 @@
+"""Human units for every output (reports, diffs, the command line): every number carries its unit.
+
+One home for them, below the report and the analysis, so a duration reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3))
+
+
+def time_unit(ns: float) -> tuple[str, float]:
+    """The unit a time of `ns` nanoseconds reads best in, and its size in ns: ('ms', 1e6)."""
+    for unit, scale in TIME_UNITS:
+        if abs(ns) >= scale:
+            return unit, scale
+    return "ns", 1.0
+
+
+def duration(ns: float | None) -> str:
+    if ns is None:
+        return "n/a"
+    value = float(ns)
+    unit, scale = time_unit(value)
+    if scale == 1.0:
+        return f"{value:.0f} ns"
+    return f"{value / scale:.3g} {unit}" if abs(value) < 100 * scale else f"{value / scale:,.0f} {unit}"
+
+
+def signed_duration(ns: float | None) -> str:
+    """A time difference with its sign and unit: '+4.71 µs', '-87.6 µs', '0 ns'."""
+    if ns is None:
+        return "n/a"
+    return ("+" if ns > 0 else "") + duration(ns)
+
+
+def number(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f}%"
+
+
+def signed_percent(pct: float | None) -> str:
+    """A change in percent with its sign: '+3.1%', '-100.0%', 'n/a' (no '-0.0%')."""
+    if pct is None:
+        return "n/a"
+    text = f"{pct:+.1f}%"
+    return "0.0%" if text in ("+0.0%", "-0.0%") else text
+
+
+def size(num_bytes: float | None) -> str:
+    if num_bytes is None:
+        return "n/a"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(num_bytes) >= scale:
+            return f"{num_bytes / scale:.3g} {unit}"
+    return f"{num_bytes:.0f} B"
+
+
+def _significant(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}"
+
+
+def tflops(value: float | None) -> str:
+    """Achieved or peak compute rate: '989 TFLOP/s', '15.9 TFLOP/s'."""
+    return "n/a" if value is None else f"{_significant(value)} TFLOP/s"
+
+
+def tbps(value: float | None) -> str:
+    """Achieved or peak memory bandwidth: '3.35 TB/s'."""
+    return "n/a" if value is None else f"{_significant(value)} TB/s"

@@ -1,0 +1,106 @@
+"""One pipeline for every command and for Python: analyse → check (the baseline applied) → report data.
+
+`traceview report`, `check`, `diff` and `audit` all call `check()` and `report()` here, so a trace
+gives the same findings whichever command reads it.
+
+    import traceview
+    from traceview import workflow
+
+    with traceview.load("run.sqlite") as trace:
+        data = workflow.report(trace, workflow.CheckOptions.configured())
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import polars as pl
+
+from traceview import __version__, api
+from traceview.analysis.pipeline import AnalysisOptions
+from traceview.errors import TraceviewError
+from traceview.report.data import SCHEMA_VERSION, build_report
+from traceview.rules import engine
+from traceview.rules.baseline import read_baseline
+from traceview.rules.config import RuleConfig
+from traceview.rules.loader import Rule, load_rules
+
+READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
+NESTED_TYPES = {"list", "struct", "map", "array", "union"}  # DuckDB type ids CSV cannot hold
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Everything a check needs besides the trace; picklable, so audit ships it to worker processes once."""
+
+    analysis: AnalysisOptions = field(default_factory=AnalysisOptions)
+    config: RuleConfig = field(default_factory=RuleConfig)
+    rules: tuple[Rule, ...] = ()
+    known: frozenset[str] = frozenset()  # fingerprints of the baseline's findings, suppressed
+
+    @classmethod
+    def configured(cls, analysis: AnalysisOptions | None = None, config: RuleConfig | None = None,
+                   rules: list[Rule] | None = None, *, baseline: bool = True) -> CheckOptions:
+        """The rules the configuration names (built-in ones by default) and its baseline, read once here."""
+        config = config or RuleConfig()
+        known = read_baseline(config.baseline) if baseline and config.baseline else frozenset()
+        return cls(analysis or AnalysisOptions(), config,
+                   tuple(rules if rules is not None else load_rules(config.rules_dirs)), known)
+
+
+def check(trace: api.Trace, options: CheckOptions) -> engine.CheckResult:
+    """Analyse the trace and run the selected rules; findings in the baseline are suppressed."""
+    trace.analyze(options.analysis)
+    return engine.check(trace.con, list(options.rules), options.config, options.known)
+
+
+def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None) -> dict[str, Any]:
+    """ReportData for the trace; `result` reuses a check already run on it with these options."""
+    return build_report(trace.con, result or check(trace, options), __version__)
+
+
+def report_for(path: Path, options: CheckOptions) -> dict[str, Any]:
+    """A side of a diff: a saved JSON report as it is, or a trace analysed, checked and reported now."""
+    if path.is_file() and path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            data = None
+        if isinstance(data, dict) and data.get("generator", {}).get("name") == "traceview":
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise TraceviewError(f"{path}: report schema_version {data.get('schema_version')} is not {SCHEMA_VERSION}")
+            return data
+    with api.load(path) as trace:
+        return report(trace, options)
+
+
+def query(trace: api.Trace, sql: str, *, nested_as_json: bool = False) -> pl.DataFrame:
+    """A read-only query's rows; `nested_as_json` writes list, struct and map cells as JSON text (for CSV)."""
+    try:
+        statements = trace.con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise TraceviewError(f"SQL error: {str(exc).splitlines()[0]}") from None
+    if not statements:
+        raise TraceviewError("SQL error: empty query")
+    for statement in statements:
+        if statement.type.name not in READ_ONLY_STATEMENTS:
+            raise TraceviewError(f"query is read-only: {statement.type.name} statements are not allowed")
+    try:
+        relation = trace.con.sql(sql)
+        if relation is None:
+            return pl.DataFrame()
+        if nested_as_json and any(kind.id in NESTED_TYPES for kind in relation.types):
+            relation = relation.select(", ".join(
+                f'to_json({_quoted(name)})::VARCHAR AS {_quoted(name)}' if kind.id in NESTED_TYPES else _quoted(name)
+                for name, kind in zip(relation.columns, relation.types)))
+        return relation.pl()
+    except duckdb.Error as exc:
+        raise TraceviewError(f"SQL error: {str(exc).splitlines()[0]}") from None
+
+
+def _quoted(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

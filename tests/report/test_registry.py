@@ -1,0 +1,51 @@
+"""The renderer registries: every format of every document is importable, and its extension round-trips
+through `-o` (the file named is that format's, the others land beside it, no two share a path)."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+
+from traceview.errors import TraceviewError
+from traceview.report import DOCUMENTS, REPORT
+
+FORMATS = [(registry, renderer) for registry in DOCUMENTS.values() for renderer in registry.renderers.values()]
+
+
+@pytest.mark.parametrize(("registry", "renderer"), FORMATS, ids=[f"{g.document}-{r.name}" for g, r in FORMATS])
+def test_every_format_renders_and_its_extension_round_trips(registry, renderer, tmp_path: Path) -> None:
+    assert callable(getattr(importlib.import_module(f"traceview.report.{renderer.module}"), renderer.function))
+    assert registry.for_extension("." + renderer.extension) is renderer
+    everything = tuple(registry.renderers.values())
+    named = tmp_path / "out" / f"run.{renderer.extension}"
+    targets = registry.targets(str(named), everything, registry.document)
+    assert targets[renderer] == named
+    assert {r: p.name for r, p in targets.items()} == {r: f"run.{r.extension}" for r in everything}
+    assert registry.parse(renderer.name) == (renderer,)
+
+
+def test_report_outputs_the_old_bug_and_the_rules() -> None:
+    html, md, json = (REPORT[n] for n in ("html", "md", "json"))
+    assert REPORT.targets("run.md", (html, md, json), "report") == {
+        html: Path("run.html"), md: Path("run.md"), json: Path("run.json")}
+    assert REPORT.targets(None, (md, json), "report") == {md: Path("report.md"), json: Path("report.json")}
+    assert REPORT.targets("out/report", (html, md), "report") == {html: Path("out/report"), md: Path("out/report.md")}
+    assert REPORT.targets("-", (json,), "report") == {json: None}
+    with pytest.raises(TraceviewError, match="writes one format to stdout"):
+        REPORT.targets("-", (md, json), "report")
+    with pytest.raises(TraceviewError, match="a .json file is the json format"):
+        REPORT.targets("run.json", (html, md), "report")
+    with pytest.raises(TraceviewError, match="refusing to overwrite the input trace"):
+        REPORT.targets("trace.json", (json,), "report", [Path("trace.json")])
+    with pytest.raises(TraceviewError, match="choose from html, md, json"):
+        REPORT.parse("md,pdf")
+
+
+def test_two_formats_never_write_one_file(tmp_path: Path) -> None:
+    """run.html a link to run.md: the HTML would overwrite the Markdown, so nothing is written."""
+    (tmp_path / "run.md").write_text("")
+    (tmp_path / "run.html").symlink_to(tmp_path / "run.md")
+    with pytest.raises(TraceviewError, match="both --format html and md would write it"):
+        REPORT.targets(str(tmp_path / "run.md"), (REPORT["html"], REPORT["md"]), "report")
