@@ -54,7 +54,7 @@ def signed_percent(pct: float | None) -> str:
 def size(num_bytes: float | None) -> str:
     if num_bytes is None:
         return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if abs(num_bytes) >= scale:
             return f"{num_bytes / scale:.3g} {unit}"
     return f"{num_bytes:.0f} B"

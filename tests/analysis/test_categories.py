@@ -8,7 +8,6 @@ import pytest
 from conftest import SHARED_TRACES, VLLM_H100, load_cached, requires_shared
 from traceview.analysis import categories
 from traceview.analysis.categories import CATEGORIES, DTYPES, classify_kernels, labelled_kernels_sql, load_patterns
-from traceview.errors import TraceviewError
 from traceview.model import db
 
 try:

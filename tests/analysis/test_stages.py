@@ -11,7 +11,7 @@ import pytest
 import traceview
 from conftest import REPO, SHARED_TRACES, VLLM_H100, requires_shared
 from traceview.analysis import docs, pipeline
-from traceview.analysis.stage import Stage, run_stages, Context
+from traceview.analysis.stage import Context, Stage, run_stages
 from traceview.errors import TraceviewError
 from traceview.model import db
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import duckdb
 
-from traceview.analysis import categories, phases, roofline
+from traceview.analysis import categories, roofline
 from traceview.analysis.stage import Stage
 from traceview.model import db
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from traceview.analysis.hardware import HardwareSpec, get_spec
 from traceview.analysis.models import ModelConfig, generic_model, load_model
+from traceview.units import duration, size
 
 __all__ = [
     "DTYPES",
@@ -340,31 +341,24 @@ def format_estimate_text(est: Estimate) -> str:
     lines = [
         f"{est.model} on {est.gpu_name}: {est.phase}, {est.dtype} (KV {est.kv_dtype}), "
         f"batch {est.batch}, {ctx}{tp}{util}",
-        f"  weights        {_bytes(est.weight_bytes)}",
-        f"  KV cache       {_bytes(est.kv_read_bytes)} read, {_bytes(est.kv_write_bytes)} written",
+        f"  weights        {size(est.weight_bytes)}",
+        f"  KV cache       {size(est.kv_read_bytes)} read, {size(est.kv_write_bytes)} written",
     ]
     if est.activation_bytes:
-        lines.append(f"  activations    {_bytes(est.activation_bytes)}")
+        lines.append(f"  activations    {size(est.activation_bytes)}")
     attn = f" (attention {_flop(est.attention_flops)})" if est.attention_flops else ""
     lines += [
-        f"  memory         {_bytes(est.memory_bytes)} / {est.bandwidth / 1e12:.3g} TB/s = {_time(est.memory_time_s)}",
+        f"  memory         {size(est.memory_bytes)} / {est.bandwidth / 1e12:.3g} TB/s = {duration(est.memory_time_s * 1e9)}",
         f"  compute        {_flop(est.flops)}{attn} / {est.peak_flops / 1e12:.4g} TFLOP/s"
-        f" = {_time(est.compute_time_s)}",
+        f" = {duration(est.compute_time_s * 1e9)}",
         f"  intensity      {est.arithmetic_intensity:.3g} FLOP/byte vs ridge {est.ridge_flop_per_byte:.3g}"
         f" -> {est.bound}-bound",
-        f"  step floor     {_time(est.step_time_floor_s)} -> {est.tokens_per_s:,.0f} tokens/s",
+        f"  step floor     {duration(est.step_time_floor_s * 1e9)} -> {est.tokens_per_s:,.0f} tokens/s",
     ]
     if not est.fits_in_memory:
-        lines.append(f"  memory needed  {_bytes(est.resident_bytes)} per GPU: does not fit")
+        lines.append(f"  memory needed  {size(est.resident_bytes)} per GPU: does not fit")
     lines += [f"  note: {n}" for n in est.notes if not n.startswith("does not fit")]
     return "\n".join(lines)
-
-
-def _bytes(n: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.3g} {unit}"
-    return f"{n:.0f} B"
 
 
 def _flop(n: float) -> str:
@@ -372,11 +366,3 @@ def _flop(n: float) -> str:
         if n >= scale:
             return f"{n / scale:.3g} {unit}"
     return f"{n:.0f} FLOP"
-
-
-def _time(s: float) -> str:
-    if s >= 1:
-        return f"{s:.3g} s"
-    if s >= 1e-3:
-        return f"{s * 1e3:.3g} ms"
-    return f"{s * 1e6:.3g} µs"
