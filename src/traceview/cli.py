@@ -382,7 +382,7 @@ def _formats_help(registry: Registry) -> str:
 @click.argument("trace", type=click.Path(path_type=Path), required=False)
 @click.option("-o", "--output", help="The report file; its extension picks its format (run.md: Markdown), the other "
                                      "formats land beside it; missing directories are created. '-' = stdout.")
-@click.option("--format", "formats", default=",".join(REPORT.names()), show_default=True, help=_formats_help(REPORT))
+@click.option("--format", "formats", default=",".join(REPORT.defaults()), show_default=True, help=_formats_help(REPORT))
 @_rule_config_options
 @_analysis_options
 def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> None:
@@ -499,7 +499,7 @@ def _percent_option(text: str | None) -> float | None:
 @click.argument("head", type=click.Path(path_type=Path))
 @click.option("-o", "--output", help="The diff file; its extension picks its format, other formats land beside it. "
                                      "Default: stdout for one format.")
-@click.option("--format", "formats", default=DIFF.names()[0], show_default=True, help=_formats_help(DIFF))
+@click.option("--format", "formats", default=",".join(DIFF.defaults()), show_default=True, help=_formats_help(DIFF))
 @click.option("--fail-on-regression", "fail_on_regression", metavar="PCT",
               help="Exit 1 when a phase's median step time or the total GPU busy time grows by more than PCT (e.g. 5%).")
 @click.option("--threshold", default=5.0, show_default=True, type=click.FloatRange(min=0),

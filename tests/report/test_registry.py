@@ -49,3 +49,12 @@ def test_two_formats_never_write_one_file(tmp_path: Path) -> None:
     (tmp_path / "run.html").symlink_to(tmp_path / "run.md")
     with pytest.raises(TraceviewError, match="both --format html and md would write it"):
         REPORT.targets(str(tmp_path / "run.md"), (REPORT["html"], REPORT["md"]), "report")
+
+
+def test_a_new_format_is_opt_in_and_the_defaults_stay() -> None:
+    from traceview.report import Registry, Renderer
+
+    assert REPORT.defaults() == ["html", "md", "json"]
+    grown = Registry("report", *REPORT.renderers.values(), Renderer("sarif", "sarif", "sarif", "SARIF"))
+    assert grown.defaults() == ["html", "md", "json"] and grown.names()[-1] == "sarif"
+    assert Registry("diff", Renderer("md", "md", "diff_markdown", "Markdown")).defaults() == ["md"]

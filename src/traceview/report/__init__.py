@@ -27,6 +27,7 @@ class Renderer:
     function: str = "render"
     binary: bool = False
     flag: str | None = None  # the option that writes this format to its own file (audit: --junit PATH)
+    default: bool = False  # written when --format is not given (a new format is opt-in)
 
     def render(self, document: Any) -> str | bytes:
         return getattr(importlib.import_module(f"traceview.report.{self.module}"), self.function)(document)
@@ -44,6 +45,10 @@ class Registry:
 
     def names(self) -> list[str]:
         return list(self.renderers)
+
+    def defaults(self) -> list[str]:
+        """The formats written when --format is not given: those marked default, else the first."""
+        return [r.name for r in self.renderers.values() if r.default] or self.names()[:1]
 
     def __getitem__(self, name: str) -> Renderer:
         return self.renderers[name]
@@ -95,9 +100,9 @@ class Registry:
 
 REPORT = Registry(
     "report",
-    Renderer("html", "html", "html", "one self-contained HTML page"),
-    Renderer("md", "md", "markdown", "Markdown for a PR comment"),
-    Renderer("json", "json", "json_report", "versioned JSON (docs/report-json.md)"),
+    Renderer("html", "html", "html", "one self-contained HTML page", default=True),
+    Renderer("md", "md", "markdown", "Markdown for a PR comment", default=True),
+    Renderer("json", "json", "json_report", "versioned JSON (docs/report-json.md)", default=True),
 )
 CHECK = Registry(
     "check",

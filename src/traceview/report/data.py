@@ -259,19 +259,19 @@ def _roofline(con) -> dict[str, Any]:
     kernels = dict_rows(con, f"""
         SELECT name, category, phase, dtype, dur_ns, arithmetic_intensity, achieved_tflops, achieved_tbps, bound, pct_of_roof
         FROM roofline_kernels WHERE arithmetic_intensity > 0 AND achieved_tflops > 0
-        ORDER BY dur_ns DESC LIMIT {ROOFLINE_KERNEL_POINTS}""")
+        ORDER BY dur_ns DESC, name, phase, achieved_tflops LIMIT {ROOFLINE_KERNEL_POINTS}""")
     categories = dict_rows(con, """
         SELECT category, sum(time_ns)::BIGINT AS time_ns, sum(flops) / sum(bytes) AS arithmetic_intensity,
                sum(flops) / sum(flops / (achieved_tflops * 1e3)) / 1e3 AS achieved_tflops,
                100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
                    / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
-        FROM roofline_by_category WHERE flops > 0 AND bytes > 0 GROUP BY category""")
+        FROM roofline_by_category WHERE flops > 0 AND bytes > 0 GROUP BY category ORDER BY category""")
     phases = dict_rows(con, """
         SELECT phase, sum(flops) / sum(bytes) AS arithmetic_intensity,
                sum(flops) / sum(flops / (achieved_tflops * 1e3)) / 1e3 AS achieved_tflops,
                100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
                    / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
-        FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase""")
+        FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase ORDER BY phase""")
     return {"kernels": kernels, "categories": categories, "phases": phases}
 
 
