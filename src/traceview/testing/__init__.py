@@ -9,7 +9,7 @@ Tests build a :class:`TraceSpec` (spec.py; or use :func:`two_process_spec` /
 from __future__ import annotations
 
 from traceview.testing.kineto_writer import KINETO_FLAVOURS, write_kineto
-from traceview.testing.nsys_writer import NSYS_VERSIONS, short_kernel_name, write_nsys
+from traceview.testing.nsys_writer import NSYS_VERSIONS, write_nsys
 from traceview.testing.plan import summarize
 from traceview.testing.spec import (
     A100_80GB,
@@ -52,7 +52,6 @@ __all__ = [
     "llm_serving_spec",
     "llm_serving_truth",
     "serving_steps",
-    "short_kernel_name",
     "summarize",
     "two_process_spec",
     "write_kineto",

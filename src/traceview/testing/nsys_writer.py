@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
 
+from traceview.model.db import short_kernel_name
 from traceview.testing.plan import _Plan, _plan, _time_span
 from traceview.testing.spec import GpuSpec, Kernel, TraceSpec, _arch, global_pid, global_tid
 
@@ -45,23 +46,6 @@ def _nsys_api_name(name: str, api: str) -> str:
     if api == "driver" or re.search(r"_v\d+$", name):
         return name
     return name + _RUNTIME_SUFFIX.get(name, _DEFAULT_RUNTIME_SUFFIX)
-
-
-def short_kernel_name(name: str) -> str:
-    """nsys ``shortName``: the base function name without namespaces/templates/args."""
-    s = name.replace("(anonymous namespace)", "{anon}")
-    if s.startswith("void "):
-        s = s[5:]
-    depth = 0
-    for i, ch in enumerate(s):
-        if ch == "<" and depth == 0 and not s.startswith("operator", max(0, i - 8)):
-            s = s[:i]
-            break
-        if ch == "(" and depth == 0:
-            s = s[:i]
-            break
-    s = s.strip()
-    return s.rsplit("::", 1)[-1] if s else name
 
 
 def _mangle(name: str) -> str:
