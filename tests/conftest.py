@@ -29,5 +29,17 @@ def load_cached(path: Path) -> traceview.Trace:
     return _loaded[path]
 
 
+def union_ns(intervals) -> int:
+    """Length of the union of [start, end) intervals, by a plain sweep: the tests' own arithmetic."""
+    total, lo, hi = 0, None, None
+    for start, end in sorted(intervals):
+        if hi is None or start > hi:
+            total += (hi - lo) if hi is not None else 0
+            lo, hi = start, end
+        else:
+            hi = max(hi, end)
+    return total + ((hi - lo) if hi is not None else 0)
+
+
 def trace_id(path: Path) -> str:
     return path.name

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import traceview
-from conftest import DLRM_DIR, VLLM_H100, requires_shared
+from conftest import DLRM_DIR, VLLM_H100, requires_shared, union_ns
 from traceview.analysis.activity import TABLES, build_activity
 from traceview.testing import H100_SXM, ApiCall, Kernel, Memop, TraceSpec, write_nsys
 
@@ -128,17 +128,7 @@ def _python_gaps(rows: list[tuple]) -> dict[tuple[int, int], list[tuple[int, int
 
 
 def _python_union(rows: list[tuple]) -> dict[tuple[int, int], int]:
-    busy: dict[tuple[int, int], int] = {}
-    for key, intervals in _group(rows).items():
-        total, lo, hi = 0, None, None
-        for start, end in sorted(intervals):
-            if hi is None or start > hi:
-                total += (hi - lo) if hi is not None else 0
-                lo, hi = start, end
-            else:
-                hi = max(hi, end)
-        busy[key] = total + hi - lo
-    return busy
+    return {key: union_ns(intervals) for key, intervals in _group(rows).items()}
 
 
 def _group(rows: list[tuple]) -> dict[tuple[int, int], list[tuple[int, int]]]:

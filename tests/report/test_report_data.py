@@ -12,7 +12,7 @@ import jsonschema
 import pytest
 
 import traceview
-from conftest import NSYS_TRACES, KINETO_TRACES, DLRM_DIR, VLLM_H100, requires_shared, trace_id
+from conftest import NSYS_TRACES, KINETO_TRACES, DLRM_DIR, VLLM_H100, requires_shared, trace_id, union_ns
 from traceview.report import html, json_report, markdown
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
@@ -78,18 +78,6 @@ def test_report_is_deterministic(tmp_path: Path) -> None:
     assert json_report.render(report_for(path)[1]) == json_report.render(report_for(path)[1])
 
 
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    """Length of the union of [start, end) intervals, by a plain sweep: the test's own arithmetic."""
-    total, cur_lo, cur_hi = 0, None, None
-    for lo, hi in sorted(intervals):
-        if cur_hi is None or lo > cur_hi:
-            total += (cur_hi - cur_lo) if cur_hi is not None else 0
-            cur_lo, cur_hi = lo, hi
-        else:
-            cur_hi = max(cur_hi, hi)
-    return total + ((cur_hi - cur_lo) if cur_hi is not None else 0)
-
-
 def test_copies_are_not_gpu_busy(tmp_path: Path) -> None:
     """A generated nsys export whose copies fill 95% of the span: GPU busy is the kernels' 2%, copies stand apart."""
     from traceview.testing import GpuSpec, Kernel, Memop, TraceSpec, write_nsys
@@ -132,9 +120,9 @@ def test_kernel_busy_and_communication_overlap_on_vllm_h100() -> None:
     """Kernel-only busy time and comm overlap, recomputed here in Python from the kernels' intervals."""
     trace, data = report_for(VLLM_H100)
     rows = trace.con.execute("SELECT start_ns, end_ns, category = 'communication' FROM kernels").fetchall()
-    kernel_busy = _union_ns([(lo, hi) for lo, hi, _ in rows])
-    comm = _union_ns([(lo, hi) for lo, hi, c in rows if c])
-    compute = _union_ns([(lo, hi) for lo, hi, c in rows if not c])
+    kernel_busy = union_ns([(lo, hi) for lo, hi, _ in rows])
+    comm = union_ns([(lo, hi) for lo, hi, c in rows if c])
+    compute = union_ns([(lo, hi) for lo, hi, c in rows if not c])
     both = comm + compute - kernel_busy  # |A ∩ B| = |A| + |B| - |A ∪ B|
     summary = data["summary"]
     assert summary["kernel_busy_ns"] == kernel_busy == 233_116_597
