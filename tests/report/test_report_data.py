@@ -17,6 +17,7 @@ from traceview.report import html, json_report, markdown
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
 
+SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "llm_serving.pt.trace.json.gz"
 SCHEMA = json.loads(resources.files("traceview.report").joinpath("schema.json").read_text())
 
 
@@ -180,3 +181,24 @@ def test_cross_rank_phase_figures_are_ratios_of_sums(tmp_path: Path) -> None:
         else:
             assert got["roofline_gap"]
     assert checked
+
+
+def test_a_phase_pooled_over_ranks_takes_its_wall_from_the_summed_floors() -> None:
+    """Rank 0's prefill is compute-bound (10 ms vs 1 ms), rank 1's memory-bound (1 ms vs 30 ms): pooled, the
+    memory floor is the larger (31 vs 11 ms), whichever rank a query happens to read first."""
+    from traceview.report.data import phase_rows
+
+    trace = traceview.load(SAMPLE).analyze()
+    con = trace.con
+    con.execute("DROP VIEW roofline_by_phase")
+    con.execute("""CREATE TABLE roofline_by_phase AS SELECT * FROM (VALUES
+        (0, 'prefill', 20e6, 10e6, 1e6, 1e15, 1e12), (1, 'prefill', 40e6, 1e6, 30e6, 1e14, 1e13))
+        t(rank, phase, costed_time_ns, compute_floor_ns, memory_floor_ns, flops, bytes)""")
+    con.execute("DELETE FROM phase_summary")
+    con.execute("""INSERT INTO phase_summary (rank, phase, steps, wall_ns, gpu_busy_ns, kernel_time_ns, costed_time_ns,
+                       bound, bound_source, pct_of_roof, roofline_floor_ns, roof_basis_ns)
+                   VALUES (0, 'prefill', 1, 30e6, 25e6, 20e6, 20e6, 'compute', 'measured', 50.0, 10e6, 20e6),
+                          (1, 'prefill', 1, 50e6, 45e6, 40e6, 40e6, 'memory', 'measured', 75.0, 30e6, 40e6)""")
+    (prefill,) = [p for p in phase_rows(con) if p["phase"] == "prefill"]
+    assert (prefill["bound"], prefill["bound_source"]) == ("memory", "measured")
+    assert prefill["pct_of_roof"] == pytest.approx(100 * 40e6 / 60e6)  # Σ floors / Σ costed time, not mean(50, 75)

@@ -146,7 +146,8 @@ def phase_rows(con) -> list[dict[str, Any]]:
         WITH model AS (
             SELECT rank, phase, sum(roofline_floor_ns) AS roofline_floor_ns,
                    sum(kernel_inefficiency_ns) AS kernel_inefficiency_ns, sum(gpu_idle_ns) AS gpu_idle_ns,
-                   sum(outside_gpu_ns) AS outside_gpu_ns, mode(dominant_term) AS dominant_term
+                   sum(outside_gpu_ns) AS outside_gpu_ns, mode(dominant_term) AS dominant_term,
+                   sum(memory_time_ns) AS memory_time_ns, sum(compute_time_ns) AS compute_time_ns
             FROM step_accounting GROUP BY ALL
         ),
         -- the evidence a phase's % of roof comes from: measured costs where any rank has them, else the model,
@@ -168,7 +169,23 @@ def phase_rows(con) -> list[dict[str, Any]]:
                    / nullif(sum(p.bytes) FILTER (WHERE p.arithmetic_intensity IS NOT NULL), 0) AS arithmetic_intensity,
                sum(p.flops) FILTER (WHERE r.compute_floor_ns > 0) / nullif(sum(r.compute_floor_ns) / 1e9, 0)
                    / any_value(g.hbm_bytes_per_s) AS ridge,
-               any_value(p.bound) AS bound, any_value(p.bound_source) AS bound_source,
+               -- the wall, decided from the floors summed over the ranks whose % of roof is pooled (the
+               -- rule of roofline_by_phase and phase_summary); else the bound most ranks have
+               CASE any_value(c.roof_source)
+                   WHEN 'measured' THEN CASE
+                       WHEN sum(r.costed_time_ns) FILTER (WHERE p.bound_source = 'measured') IS NULL THEN NULL
+                       WHEN sum(r.compute_floor_ns) FILTER (WHERE p.bound_source = 'measured') IS NULL THEN 'memory'
+                       WHEN sum(r.memory_floor_ns) FILTER (WHERE p.bound_source = 'measured') IS NULL
+                            OR sum(r.compute_floor_ns) FILTER (WHERE p.bound_source = 'measured')
+                               >= sum(r.memory_floor_ns) FILTER (WHERE p.bound_source = 'measured') THEN 'compute'
+                       ELSE 'memory' END
+                   WHEN 'model' THEN CASE
+                       WHEN sum(a.memory_time_ns) FILTER (WHERE p.bound_source = 'model')
+                            >= sum(a.compute_time_ns) FILTER (WHERE p.bound_source = 'model') THEN 'memory'
+                       ELSE 'compute' END
+                   ELSE mode(p.bound) END AS bound,
+               CASE WHEN any_value(c.roof_source) IS NULL THEN mode(p.bound_source) ELSE any_value(c.roof_source) END
+                   AS bound_source,
                sum(p.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')::BIGINT
                    AS roofline_floor_ns,
                100.0 * sum(p.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = c.roof_source)
