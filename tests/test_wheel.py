@@ -20,7 +20,7 @@ from traceview.resources import DATA_PACKAGE, data_dir
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = REPO / "sample_traces" / "llm_serving.pt.trace.json.gz"
-DATA_FOLDERS = ("hardware", "rules", "templates")
+DATA_FOLDERS = ("hardware", "rules", "templates", "sample_traces")
 BUILD_INPUTS = ("pyproject.toml", "README.md", "src", *DATA_FOLDERS)
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 
@@ -35,7 +35,8 @@ def expected_wheel_files() -> set[str]:
     """Every data file of the top-level folders and every file of the package sources, as wheel paths."""
     data = {
         f"{DATA_PACKAGE}/{folder}/{path.name}"
-        for folder, pattern in (("hardware", "*.toml"), ("rules", "*.toml"), ("templates", "*"))
+        for folder, pattern in (("hardware", "*.toml"), ("rules", "*.toml"), ("templates", "*"),
+                                ("sample_traces", "*.json.gz"), ("sample_traces", "*.sqlite"))
         for path in (REPO / folder).glob(pattern)
         if path.is_file()
     }
@@ -123,6 +124,10 @@ def test_installed_wheel_reports_like_the_checkout(venv: Path, tmp_path: Path):
     rule_files = {path.name.split("-")[0] for path in (REPO / "rules").glob("*.toml")}
     assert report["findings"] and {f["rule"] for f in report["findings"]} <= rule_files
     assert report == json.loads(checkout.read_text())
+
+    bundled = tmp_path / "bundled.json"  # no TRACE: the sample trace the wheel carries
+    run([str(venv / "bin" / "traceview"), "report", "--format", "json", "-o", str(bundled)], cwd=tmp_path)
+    assert json.loads(bundled.read_text())["findings"] == report["findings"]
 
     page = tmp_path / "installed.html"
     run([str(venv / "bin" / "traceview"), "report", str(SAMPLE), "--format", "html", "-o", str(page)], cwd=tmp_path)

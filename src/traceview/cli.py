@@ -20,6 +20,7 @@ from traceview.ingest import describe_formats
 from traceview.report import AUDIT, CHECK, DIFF, INFO, REPORT, Registry, Renderer
 from traceview.report.data import check_document, trace_summary
 from traceview.report.json_report import json_default
+from traceview.resources import data_dir
 from traceview.rules.docs import explain_text
 from traceview.rules.loader import SEVERITIES
 
@@ -366,7 +367,7 @@ def check(trace: Path, fmt: str, fail_on: str | None, baseline: Path | None, wri
         sys.exit(1)
 
 
-SAMPLE_TRACE = Path(__file__).resolve().parents[2] / "sample_traces" / "llm_serving.pt.trace.json.gz"
+SAMPLE_TRACE = "llm_serving.pt.trace.json.gz"  # in sample_traces/, which a wheel carries too
 
 
 def _inputs(loaded: api.Trace, given: Path) -> list[Path]:
@@ -397,9 +398,9 @@ def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> No
       traceview report trace.json.gz --format md -o -  # Markdown for a PR comment on stdout
     """
     if trace is None:
-        if not SAMPLE_TRACE.exists():
+        trace = data_dir("sample_traces") / SAMPLE_TRACE
+        if not trace.exists():
             raise TraceviewError("no TRACE given and the bundled sample trace is not available")
-        trace = SAMPLE_TRACE
     chosen = REPORT.parse(formats)
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     with api.load(trace) as loaded:

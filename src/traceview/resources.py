@@ -1,4 +1,4 @@
-"""Where traceview's data files are: the top-level ``hardware/``, ``rules/`` and ``templates/`` of the source tree.
+"""Where traceview's data files are: the top-level ``hardware/``, ``rules/``, ``templates/`` and ``sample_traces/``.
 
 pyproject.toml maps each folder onto a namespace package (``traceview_data.hardware`` is ``hardware/`` and so on),
 so a built wheel carries the files and an editable install (``pip install -e .``) points the same packages at the
@@ -15,7 +15,7 @@ from typing import Literal
 from traceview.errors import TraceviewError
 
 DATA_PACKAGE = "traceview_data"
-DataFolder = Literal["hardware", "rules", "templates"]
+DataFolder = Literal["hardware", "rules", "templates", "sample_traces"]
 
 
 def data_dir(name: DataFolder) -> Path:
