@@ -99,13 +99,15 @@ def test_a_folder_with_a_readme_and_a_lock_file_audits_clean(tmp_path: Path) -> 
     shutil.copy(BOLONGCHENG_FWD, folder / BOLONGCHENG_FWD.name)
     (folder / "README.md").write_text("# traces of the nightly run\n")
     (folder / "upload.lock").write_text("")
+    (folder / "package-lock.json").write_text('{"name": "app", "lockfileVersion": 3, "packages": {}}')
     result = audit(folder, "--json", tmp_path / "a.json")
     document = json.loads((tmp_path / "a.json").read_text())
     assert result.returncode == 0 == document["exit_code"], result.stdout + result.stderr
-    assert document["skipped"] == [str(folder / "README.md"), str(folder / "upload.lock")]
+    assert document["skipped"] == [str(folder / "README.md"), str(folder / "package-lock.json"),
+                                   str(folder / "upload.lock")]
     assert [(Path(r["path"]).name, r["status"], r["kernels"]) for r in document["rows"]] == [
         (BOLONGCHENG_FWD.name, "ok", 632)]
-    assert "1 traces, 0 unreadable, 2 skipped (not traces)" in result.stdout
+    assert "1 traces, 0 unreadable, 3 skipped (not traces)" in result.stdout
     named = audit(folder / "README.md", "--json", tmp_path / "b.json")
     rows = json.loads((tmp_path / "b.json").read_text())["rows"]
     assert named.returncode == 2 and rows[0]["status"] == "error" and "not a trace" in rows[0]["error"]

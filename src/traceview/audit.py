@@ -81,16 +81,18 @@ def discover(arguments: list[str]) -> tuple[list[Target], list[dict], list[str]]
 
 
 def _is_trace(path: Path) -> bool:
-    """A file a reader could take: a trace suffix (a broken trace is still an error row), else its first bytes."""
+    """Whether a reader takes the file (by its first bytes, as ingest decides), so a package-lock.json is
+    skipped; a trace-named file no reader can open (empty, unreadable, an nsys report to export) stays a
+    target and becomes an error row that says why."""
     from traceview.api import is_duckdb_file
-    from traceview.ingest import REPORT_SUFFIXES, TRACE_SUFFIXES, reader_for
+    from traceview.ingest import REPORT_SUFFIXES, TRACE_SUFFIXES, not_a_trace, reader_for
 
-    if path.name.endswith((*TRACE_SUFFIXES, *REPORT_SUFFIXES, ".duckdb")) or is_duckdb_file(path):
+    if is_duckdb_file(path):
         return True
     try:
         reader_for(path)
-    except TraceviewError:
-        return False
+    except TraceviewError as exc:
+        return str(exc) != not_a_trace(path) and path.name.endswith((*TRACE_SUFFIXES, *REPORT_SUFFIXES))
     return True
 
 

@@ -15,7 +15,7 @@ from traceview.analysis.stage import Relation, Stage
 
 TABLES: dict[str, tuple[str, dict[str, str]]] = {
     "gpu_activity": (
-        "kernel or memop, ordered per (rank, device_id) by start",
+        "kernel or memop (prev_end_ns orders them per (rank, device_id) by start)",
         {
             "rank": "trace rank",
             "device_id": "GPU ordinal",
@@ -135,22 +135,21 @@ STAGE = Stage(
     run=lambda con, context: build_activity(con),
 )
 
-# Communication families by kernel name; only kernels whose category is communication get one.
+# Communication families by kernel name (`n.name`), matched once per distinct communication kernel name.
 _COMM_FAMILY = r"""
     CASE
-        WHEN k.category <> 'communication' THEN NULL
         -- one-shot/two-shot kernels of vLLM/SGLang/TRT-LLM custom all-reduce (peer-to-peer buffers, not NCCL)
-        WHEN regexp_matches(k.name, '(?i)cross_device_reduce|one_?shot|two_?shot|quick_?reduce|custom_?ar([^a-z]|$)|lamport|allreduce_fusion')
+        WHEN regexp_matches(n.name, '(?i)cross_device_reduce|one_?shot|two_?shot|quick_?reduce|custom_?ar([^a-z]|$)|lamport|allreduce_fusion')
             THEN 'custom_all_reduce'
-        WHEN regexp_matches(k.name, '(?i)all_?reduce') THEN 'nccl_all_reduce'
-        WHEN regexp_matches(k.name, '(?i)all_?gather') THEN 'all_gather'
-        WHEN regexp_matches(k.name, '(?i)reduce_?scatter') THEN 'reduce_scatter'
+        WHEN regexp_matches(n.name, '(?i)all_?reduce') THEN 'nccl_all_reduce'
+        WHEN regexp_matches(n.name, '(?i)all_?gather') THEN 'all_gather'
+        WHEN regexp_matches(n.name, '(?i)reduce_?scatter') THEN 'reduce_scatter'
         -- collective all-to-all, and expert-parallel dispatch/combine (DeepEP and its forks' <lib>_ep /
         -- intranode / internode_ll namespaces, pplx, mori, TRT-LLM moeA2A, a2a_* kernels)
-        WHEN regexp_matches(k.name, '(?i)all_?to_?all|deep_?ep|(^|[^a-z])(([a-z0-9]+_)?ep|pplx|uccl|mori)::|(intra|inter)_?node(_ll[a-z0-9_]*)?::|moe_?a2a|(^|[^a-z])a2a_|_token_(intra|inter)_?node')
+        WHEN regexp_matches(n.name, '(?i)all_?to_?all|deep_?ep|(^|[^a-z])(([a-z0-9]+_)?ep|pplx|uccl|mori)::|(intra|inter)_?node(_ll[a-z0-9_]*)?::|moe_?a2a|(^|[^a-z])a2a_|_token_(intra|inter)_?node')
             THEN 'all_to_all'
-        WHEN regexp_matches(k.name, '(?i)send|recv') THEN 'send_recv'
-        WHEN regexp_matches(k.name, '(?i)broadcast') THEN 'broadcast'
+        WHEN regexp_matches(n.name, '(?i)send|recv') THEN 'send_recv'
+        WHEN regexp_matches(n.name, '(?i)broadcast') THEN 'broadcast'
         ELSE 'other_comm'
     END
 """
@@ -175,10 +174,14 @@ def build_activity(con: duckdb.DuckDBPyConnection) -> None:
 
 def _build_gpu_activity(con: duckdb.DuckDBPyConnection) -> None:
     activity = f"""
-        SELECT rank, device_id, stream_id, 'kernel' AS kind, kernel_id AS activity_id,
-               start_ns, end_ns, dur_ns, pid, correlation_id, step_id,
-               launch_call_id, launch_kind, category, {_COMM_FAMILY} AS comm_family
-        FROM kernels k
+        WITH families AS (
+            SELECT n.name, {_COMM_FAMILY} AS comm_family
+            FROM (SELECT DISTINCT name FROM kernels WHERE category = 'communication') n
+        )
+        SELECT k.rank, k.device_id, k.stream_id, 'kernel' AS kind, k.kernel_id AS activity_id,
+               k.start_ns, k.end_ns, k.dur_ns, k.pid, k.correlation_id, k.step_id,
+               k.launch_call_id, k.launch_kind, k.category, f.comm_family
+        FROM kernels k LEFT JOIN families f ON k.category = 'communication' AND f.name IS NOT DISTINCT FROM k.name
         UNION ALL
         SELECT rank, device_id, stream_id, 'memop', memop_id, start_ns, end_ns, dur_ns, pid, correlation_id,
                step_id, NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR
