@@ -22,14 +22,12 @@ from conftest import (
     DLRM_DIR,
     KINETO_TRACES,
     NSYS_TRACES,
-    REPO,
     SHARED_TRACES,
     requires_shared,
 )
 
 from traceview.testing import Range, llm_serving_spec, write_kineto, write_nsys
 
-sys.path.insert(0, str(REPO / "tests" / "report"))
 from test_html import chromium, run_chromium  # noqa: F401 - chromium is a fixture
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"

@@ -72,6 +72,30 @@ def test_idle_gaps_and_their_causes(generated) -> None:
                                WHERE k.launch_call_id = g.call_id""") == 2
 
 
+def test_idle_kinds_name_the_causes_for_the_budget(generated) -> None:
+    """host_launch_late -> host_wait, launch_overhead -> bubble (queued before the gap), sync_wait -> sync_drain;
+    idle_by_kind sums them per step (no step marker: the gap-based step of the work that ended them)."""
+    kinds = generated.sql("SELECT cause, idle_kind FROM gpu_idle_gaps ORDER BY start_ns").rows()
+    assert kinds == [("host_launch_late", "host_wait"), ("launch_overhead", "bubble"), ("sync_wait", "sync_drain")]
+    totals = generated.sql("SELECT idle_kind, sum(gaps), sum(idle_ns), max(largest_gap_ns) FROM idle_by_kind "
+                           "GROUP BY idle_kind ORDER BY idle_kind").rows()
+    assert totals == [("bubble", 1, 200 * US, 200 * US), ("host_wait", 1, 200 * US, 200 * US),
+                      ("sync_drain", 1, 950 * US, 950 * US)]
+
+
+def test_a_gap_during_a_pageable_copy_is_a_sync_drain(tmp_path) -> None:
+    """cudaMemcpyAsync into pageable memory returns only when the copy is done: the launching thread is blocked
+    in it, as in a synchronize. Kernel [0, 100] us, the copy call [50, 400] us (copy [110, 112]), next kernel
+    launched at 450, runs [460, 500]: the gap [112, 460] is a sync drain."""
+    spec = TraceSpec(gpus=(H100_SXM,), kernels=(_kernel(GEMM, 0, 100, -20), _kernel(GEMM, 460, 40, 450)),
+                     memops=(Memop("memcpy", 110 * US, 2 * US, 4, "DtoH", "Device", "Pageable", pid=PID, tid=PID,
+                                   launch_start_ns=50 * US, launch_dur_ns=350 * US),),
+                     process_names={PID: "python"}, session_offset_ns=0)
+    trace = traceview.load(write_nsys(spec, tmp_path / "t.sqlite")).analyze()
+    assert trace.sql("SELECT start_ns, end_ns, idle_kind FROM gpu_idle_gaps ORDER BY start_ns").rows()[-1] == (
+        112 * US, 460 * US, "sync_drain")
+
+
 def test_device_activity(generated) -> None:
     rows = generated.sql("""SELECT device_id, first_ns, last_ns, span_ns, busy_ns, kernel_ns, kernel_busy_ns, idle_ns,
                                    gaps, comm_kernels, comm_ns, comm_exposed_ns

@@ -107,7 +107,7 @@ def test_gpu_override_wins_over_everything(tmp_path: Path) -> None:
 
 
 def test_nsys_export_without_target_info_gpu_is_inferred_sm80_and_tv301_fires(tmp_path: Path) -> None:
-    gemms = kernels_on([0] * 6, SM80_FP32_GEMM, dur_ns=860_000)
+    gemms = tuple(Kernel(SM80_FP32_GEMM, 1_000_000 + 900_000 * i, 860_000) for i in range(6))  # back to back
     others = tuple(Kernel("vectorized_elementwise_kernel", 9_000_000 + 200_000 * i, 140_000) for i in range(6))
     trace = analyzed(tmp_path, TraceSpec(gpus=(), kernels=gemms + others), fmt="nsys")
     device = trace.sql("SELECT device_id, name, spec_id, spec_source, architecture, tensor_cores FROM devices").rows()

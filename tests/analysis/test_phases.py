@@ -347,3 +347,53 @@ def test_training_patterns_load_and_tiles_classify() -> None:
     assert dict(con.execute(sql, params).fetchall()) == names
     assert con.execute("SELECT regexp_matches('Optimizer.zero_grad#AdamW.zero_grad', $p)", {"p": patterns.optimizer}).fetchone() == (True,)
     assert con.execute("SELECT regexp_matches('aten::linear', $p)", {"p": patterns.backward}).fetchone() == (False,)
+
+
+def _bursts(patterns: list[list[str]]) -> TraceSpec:
+    """One GPU burst per kernel-name list (50 us kernels 10 us apart), 2 ms idle between bursts; no step marker."""
+    kernels, gpu_ns = [], 1_000_000
+    for names in patterns:
+        for name in names:
+            kernels.append(Kernel(name, gpu_ns, 50_000))
+            gpu_ns += 60_000
+        gpu_ns += 2_000_000
+    return TraceSpec(gpus=llm_serving_spec().gpus, kernels=tuple(kernels))
+
+
+@pytest.mark.parametrize("writer", [write_nsys, write_kineto], ids=["nsys", "kineto"])
+def test_gap_steps_split_only_where_bursts_repeat(tmp_path: Path, writer) -> None:
+    """50 launches of one kernel stay 50 steps; 6 iterations of one 10-kernel sequence, each ending in a different
+    kernel (past the 8 that make a burst's pattern), stay 6 steps; bursts that each run different kernels become
+    one window with the reason."""
+    suffix = "t.sqlite" if writer is write_nsys else "t.json.gz"
+    solver = traceview.load(writer(_bursts([["solve_kernel"]] * 50), tmp_path / f"solver-{suffix}")).analyze()
+    assert solver.sql("SELECT count(*), any_value(name) FROM steps").rows() == [(50, "gpu burst")]
+    iteration = ["embed_kernel"] + ["gemm_kernel", "softmax_kernel", "gemm_kernel"] * 3
+    engine = _bursts([iteration + [f"tail_{i}_kernel"] * (1 + i % 2) for i in range(6)])
+    trace = traceview.load(writer(engine, tmp_path / f"engine-{suffix}")).analyze()
+    assert trace.sql("SELECT kernels FROM steps ORDER BY step_id")["kernels"].to_list() == [11, 12] * 3
+    tests = _bursts([[f"matmul_{i}_kernel", "compare_kernel"] for i in range(5)])
+    trace = traceview.load(writer(tests, tmp_path / f"tests-{suffix}")).analyze()
+    rows = trace.sql("SELECT name, step_source, kernels, end_ns - start_ns FROM steps").rows()
+    # one window from the first kernel's start to the last one's end: 5 bursts of 110 us and 4 gaps of 2,010 us
+    assert rows == [("gpu span", "gpu_gap", 10, 5 * 110_000 + 4 * 2_010_000)]
+    assert trace.sql("SELECT severity, message FROM diagnostics WHERE code = 'gap_steps_not_repeating'").rows() == [(
+        "info", "5 GPU bursts between idle gaps over 1.000 ms, with 5 distinct kernel patterns (0 bursts share theirs "
+                "with another): fewer than half repeat, so they are one window, not 5 steps; a step marker "
+                "(ProfilerStep, an NVTX range per iteration, --step-regex) would split it")]
+
+
+@requires_shared
+def test_shared_traces_gap_steps_that_do_not_repeat_are_one_window() -> None:
+    """nvFuser's test binary: 10 bursts of 10 different kernel heads (one window); alexnet: 12 bursts, 4 of them in
+    a recurring pattern (one window); Mordred: 3 identical bursts of build_GPU2 x3 + probe (3 steps)."""
+    fuser = analyzed(NSYS / "NVIDIA__Fuser__report3.sqlite")
+    assert fuser.sql("SELECT count(*), any_value(name), sum(kernels) FROM steps").rows() == [(1, "gpu span", 19)]
+    assert "10 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (0 bursts" in fuser.scalar(
+        "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
+    alexnet = analyzed(TORCH / "hta__critical_path_alexnet_a100.json.gz")
+    assert alexnet.scalar("SELECT count(*) FROM steps") == 1
+    assert "12 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (4 bursts" in alexnet.scalar(
+        "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
+    mordred = analyzed(NSYS / "bwyogatama__Mordred-Deprecated__report1.sqlite")
+    assert mordred.sql("SELECT kernels FROM steps ORDER BY step_id")["kernels"].to_list() == [4, 4, 4]

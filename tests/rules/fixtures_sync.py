@@ -171,3 +171,47 @@ def gemm_hotspot() -> TraceSpec:
         kernels.append(_kernel(RMS, t, 15 * US, t - 15 * US))
         t += 40 * US
     return _spec(kernels=kernels, ranges=ranges)
+
+
+# ---- TV204 and the host context: a sync issued by aten::item ---------------------------------------
+
+ITEM_SILU = "triton_poi_fused_silu_0"
+ITEM_STEP_US = 1_500  # each step ends as its last kernel does: the sync is the main loss
+
+
+def _item_kernel(name: str, start_us: int, dur_us: int, launch_us: int) -> Kernel:
+    """A kernel at µs offsets whose launch call takes 5 us."""
+    return Kernel(name, start_us * US, dur_us * US, pid=PID, tid=PID, launch_start_ns=launch_us * US,
+                  launch_dur_ns=5 * US)
+
+
+def item_sync() -> TraceSpec:
+    """Four 1.5 ms steps (ProfilerStep#N), each reading a scalar with `loss.item()` (the sync's origin, for
+    TV204 and the host context under gaps); T = 1000 + 1500 * i us:
+
+      GEMM           launched T+10, runs [T+20, T+820]
+      aten::item [T+100, T+1000] > aten::_local_scalar_dense [T+105, T+995] > aten::copy_ [T+110, T+990]
+        cudaMemcpyAsync DtoH into pageable memory, call [T+120, T+840]; the 4-byte copy runs [T+830, T+832]
+        cudaStreamSynchronize [T+845, T+860]
+      aten::mm [T+1090, T+1110] launches the next kernel at T+1100; it runs [T+1110, T+1500]
+
+    Gap [T+832, T+1110] (278 us): the launching thread sat in the copy until T+840 -> sync_drain. Calls in it:
+    the copy 8 us, the sync 15 us, the launch 5 us -> host call cudaStreamSynchronize; CPU ops in it: aten::item
+    168 us, its children less, aten::mm 20 us -> aten::item. Gap [T+820, T+830] (10 us): the copy was queued at
+    T+120 -> bubble, under aten::copy_ (innermost of three equal 10 us overlaps), issued by aten::item.
+    The copy exposes the GPU from its drain at T+832 to the next kernel at T+1110: 278 us, saving min(278, 720);
+    the sync exposes the same window, already counted: 0. Per step 278 us, 1112 us in all."""
+    kernels, memops, calls, ranges = [], [], [], []
+    for i in range(4):
+        t = 1_000 + ITEM_STEP_US * i
+        ranges.append(Range(f"ProfilerStep#{i}", t * US, (t + ITEM_STEP_US) * US, pid=PID, tid=PID,
+                            kind="user_annotation"))
+        kernels.append(_item_kernel(GEMM, t + 20, 800, t + 10))
+        for name, lo, hi in (("aten::item", 100, 1000), ("aten::_local_scalar_dense", 105, 995),
+                             ("aten::copy_", 110, 990), ("aten::mm", 1090, 1110)):
+            ranges.append(Range(name, (t + lo) * US, (t + hi) * US, pid=PID, tid=PID, kind="cpu_op"))
+        memops.append(Memop("memcpy", (t + 830) * US, 2 * US, 4, "DtoH", "Device", "Pageable", pid=PID, tid=PID,
+                            launch_start_ns=(t + 120) * US, launch_dur_ns=720 * US))
+        calls.append(ApiCall("cudaStreamSynchronize", (t + 845) * US, 15 * US, pid=PID, tid=PID))
+        kernels.append(_item_kernel(ITEM_SILU, t + 1110, 390, t + 1100))
+    return _spec(kernels=kernels, memops=memops, api_calls=calls, ranges=ranges)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import duckdb
 
-from traceview.analysis.intervals import busy_islands_sql, busy_time_sql, with_prev_end_sql
+from traceview.analysis.intervals import (busy_before_sql, busy_islands_sql, busy_time_sql,
+                                           islands_with_time_before_sql, with_prev_end_sql)
 from traceview.analysis.stage import Relation, Stage
 
 TABLES: dict[str, tuple[str, dict[str, str]]] = {
@@ -58,8 +59,45 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "call_start_ns": "when that launch call started on the host",
             "call_tid": "the thread that made the launch call",
             "cause": "unknown (no launch call in the trace), launch_overhead (the call started before the gap: "
-                     "queued work started late), sync_wait (the launching thread sat in a synchronizing call "
-                     "during the gap), host_launch_late (the host issued the work only after the GPU ran dry)",
+                     "queued work started late), sync_wait (the launching thread sat in a host-blocking call, "
+                     "BLOCKING_CALLS, during the gap), host_launch_late (the host issued the work only after the "
+                     "GPU ran dry)",
+            "idle_kind": "the budget's name for the cause: 'host_wait' (host_launch_late), 'bubble' "
+                         "(launch_overhead: a kernel-to-kernel bubble, the work was already queued), 'sync_drain' "
+                         "(sync_wait), 'unknown'",
+        },
+    ),
+    "idle_by_kind": (
+        "(rank, device_id, step_id, idle_kind) with any idle gap: the device's idle split by what kept it idle",
+        {
+            "rank": "trace rank",
+            "device_id": "GPU ordinal",
+            "step_id": "the step of the activity that ended the gaps (gpu_idle_gaps.step_id); NULL outside every step",
+            "idle_kind": "gpu_idle_gaps.idle_kind",
+            "gaps": "idle gaps of this kind",
+            "idle_ns": "Σ their dur_ns",
+            "largest_gap_ns": "the longest of them",
+        },
+    ),
+    "launch_queue_depth": (
+        "(rank, device_id, stream_id, step_id) with any launch: how far the host ran ahead of the GPU on a stream. "
+        "A pending launch is one launch call (a CUDA-graph replay counts once, on each stream it runs on) from "
+        "the start of the call until the last of its kernels or memops on the stream ends",
+        {
+            "rank": "trace rank",
+            "device_id": "GPU ordinal",
+            "stream_id": "stream",
+            "step_id": "the step whose launch calls these are; NULL outside every step",
+            "launches": "launch calls (kernel, graph, memcpy or memset) whose work ran on the stream",
+            "graph_launches": "of them, CUDA/HIP graph launches",
+            "depth_at_launch_mean": "mean number of the stream's earlier launches still pending as each call starts",
+            "depth_mean": "time-weighted mean of pending launches, from this step's first launch on the stream to the "
+                          "next launch of another step (or the stream's last event)",
+            "depth_max": "most launches pending at once (counting the new one)",
+            "empty_launches": "launches that found nothing pending: the GPU had drained and waited for the host",
+            "empty_launch_pct": "100 * empty_launches / launches",
+            "unordered_launches": "launches whose work ended before the call started (clock skew between host and "
+                                  "GPU timestamps): left out of every depth figure",
         },
     ),
     "device_activity": (
@@ -121,8 +159,40 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
     ),
 }
 
-# computed when a rule or report reads them, so a filter on them (TV201: long gaps only) is pushed down
-VIEWS = ("gpu_idle_gaps", "busiest_device", "comm_islands")
+# computed when a rule or report reads them, so a filter on them is pushed down; gpu_idle_gaps is a table:
+# the budget, the host context and idle_by_kind read every gap, so it is computed once
+VIEWS = ("busiest_device", "comm_islands")
+
+# Host calls that block the host until the GPU catches up, one row per call (rank, call_id, pid, tid, start_ns,
+# end_ns, reason, memop columns). The one definition: idle-gap causes (sync_wait) and analysis/host_context.py's
+# blocking_calls (TV204, TV206) read it.
+#   'synchronize'  device/stream/event/context synchronize (api_calls.is_sync, not a memcpy)
+#   'sync_memcpy'  a memcpy API without Async (api_calls.is_sync): it waits for the stream, then the copy
+#   'pageable_dtoh' an async copy from the device into pageable host memory, which CUDA runs synchronously
+#                  (torch .item(), .cpu(), .tolist())
+#   'sync_memset'  a memset without Async on pinned host or managed memory
+BLOCKING_CALLS = """
+    WITH issued AS (
+        -- each call's memop (the first if its correlation id repeats)
+        SELECT a.rank, a.call_id, a.pid, a.tid, a.name, a.start_ns, a.end_ns, a.dur_ns, a.is_sync,
+               arg_min(struct_pack(kind := m.kind, copy_kind := m.copy_kind, bytes := m.bytes,
+                                   src_kind := m.src_kind, dst_kind := m.dst_kind), m.memop_id) AS m
+        FROM api_calls a
+        LEFT JOIN memops m ON m.rank = a.rank AND m.pid = a.pid AND m.correlation_id = a.correlation_id
+        WHERE a.is_sync OR m.memop_id IS NOT NULL
+        GROUP BY ALL
+    )
+    SELECT rank, call_id, pid, tid, name, start_ns, end_ns, dur_ns,
+           CASE WHEN is_sync AND m.kind = 'memcpy' THEN 'sync_memcpy'
+                WHEN is_sync THEN 'synchronize'
+                WHEN m.kind = 'memcpy' THEN 'pageable_dtoh'
+                ELSE 'sync_memset' END AS reason,
+           m.kind AS memop_kind, m.copy_kind, m.bytes, m.src_kind, m.dst_kind
+    FROM issued
+    WHERE is_sync
+       OR (m.kind = 'memcpy' AND m.copy_kind = 'DtoH' AND m.dst_kind = 'Pageable')
+       OR (m.kind = 'memset' AND NOT regexp_matches(name, '(?i)async') AND m.dst_kind IN ('Pinned', 'Managed'))
+"""
 
 STAGE = Stage(
     name="activity",
@@ -161,6 +231,15 @@ def build_activity(con: duckdb.DuckDBPyConnection) -> None:
     """Create every relation in TABLES; needs kernels.category/step_id and memops.step_id."""
     _build_gpu_activity(con)
     _build_idle_gaps(con)
+    con.execute("""
+        CREATE OR REPLACE TABLE idle_by_kind AS
+        SELECT rank, device_id, step_id, idle_kind, count(*) AS gaps, sum(dur_ns)::BIGINT AS idle_ns,
+               max(dur_ns) AS largest_gap_ns
+        FROM gpu_idle_gaps
+        GROUP BY ALL
+        ORDER BY rank, device_id, step_id NULLS LAST, idle_kind
+    """)
+    _build_launch_queue_depth(con)
     _build_device_activity(con)
     _build_busiest_device(con)
     con.execute(f"""
@@ -195,15 +274,15 @@ def _build_gpu_activity(con: duckdb.DuckDBPyConnection) -> None:
 
 def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
     """Each gap with the launch call of the work that ended it, and why the GPU waited for it."""
-    con.execute("""
-        CREATE OR REPLACE VIEW gpu_idle_gaps AS
+    con.execute(f"""
+        CREATE OR REPLACE TABLE gpu_idle_gaps AS
         WITH ended AS NOT MATERIALIZED (
             SELECT rank, device_id, prev_end_ns AS start_ns, start_ns AS end_ns, start_ns - prev_end_ns AS dur_ns,
                    kind, activity_id, step_id, pid, correlation_id
             FROM gpu_activity WHERE start_ns > prev_end_ns
         ),
         gaps AS NOT MATERIALIZED (
-            -- the name is looked up per gap (after any filter on the gaps), not carried on every activity
+            -- the name is looked up per gap, not carried on every activity
             SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id,
                    CASE g.kind WHEN 'kernel' THEN coalesce(k.short_name, k.name) ELSE m.name END AS name,
                    g.step_id, g.pid, g.correlation_id
@@ -212,8 +291,7 @@ def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
             LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
         ),
         launched AS NOT MATERIALIZED (
-            -- the first call of the work's correlation id; the gap's columns are the group, so a filter on
-            -- them (TV201 reads only long gaps) runs before the join
+            -- the first call of the work's correlation id
             SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id, g.name, g.step_id,
                    g.pid, g.correlation_id,
                    arg_min(struct_pack(call_id := a.call_id, start_ns := a.start_ns, tid := a.tid),
@@ -226,24 +304,89 @@ def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
             SELECT * EXCLUDE (c), c.call_id, c.start_ns AS call_start_ns, c.tid AS call_tid FROM launched
         ),
         waited AS NOT MATERIALIZED (
-            -- whether the launching thread sat in a synchronize / blocking memcpy during the gap
+            -- whether the launching thread sat in a host-blocking call (a synchronize, a blocking memcpy)
+            -- during the gap
             SELECT g.*, count(s.call_id) > 0 AS in_sync
             FROM called g
-            LEFT JOIN api_calls s
-              ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.is_sync AND s.call_id <> g.call_id
+            LEFT JOIN ({BLOCKING_CALLS}) s
+              ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.call_id <> g.call_id
              AND s.start_ns < g.end_ns AND s.end_ns > g.start_ns
             GROUP BY ALL
+        ),
+        caused AS NOT MATERIALIZED (
+            SELECT * EXCLUDE (in_sync),
+                   CASE
+                       WHEN call_start_ns IS NULL THEN 'unknown'
+                       -- issued before the GPU went idle: launch/queue latency (a slow launch call, a
+                       -- cross-stream wait, a graph upload), not a late host
+                       WHEN call_start_ns < start_ns THEN 'launch_overhead'
+                       WHEN in_sync THEN 'sync_wait'
+                       ELSE 'host_launch_late'
+                   END AS cause
+            FROM waited
         )
-        SELECT * EXCLUDE (in_sync),
-               CASE
-                   WHEN call_start_ns IS NULL THEN 'unknown'
-                   -- issued before the GPU went idle: launch/queue latency (a slow launch call, a
-                   -- cross-stream wait, a graph upload), not a late host
-                   WHEN call_start_ns < start_ns THEN 'launch_overhead'
-                   WHEN in_sync THEN 'sync_wait'
-                   ELSE 'host_launch_late'
-               END AS cause
-        FROM waited
+        SELECT *, CASE cause WHEN 'host_launch_late' THEN 'host_wait' WHEN 'launch_overhead' THEN 'bubble'
+                             WHEN 'sync_wait' THEN 'sync_drain' ELSE 'unknown' END AS idle_kind
+        FROM caused
+    """)
+
+
+def _build_launch_queue_depth(con: duckdb.DuckDBPyConnection) -> None:
+    """Pending launches per stream as a running sum: +1 when a launch call starts, -1 when its work ends.
+
+    HTA's queue length counts -1 at the GPU op's start and every kernel of a graph as a launch; here a
+    launch is pending until its work has finished, and a graph replay is one launch per stream, pending
+    until its last kernel there ends. Kernels with no launch call in the trace were not launched in it
+    and are not counted. At one instant an ending launch is counted before a starting one.
+    """
+    con.execute("""
+        CREATE OR REPLACE TABLE launch_queue_depth AS
+        WITH items AS (
+            SELECT rank, device_id, stream_id, launch_call_id AS call_id, any_value(step_id) AS step_id,
+                   max(end_ns) AS done_ns, bool_or(launch_kind = 'graph') AS graph
+            FROM kernels WHERE launch_call_id IS NOT NULL
+            GROUP BY rank, device_id, stream_id, launch_call_id
+            UNION ALL
+            SELECT m.rank, m.device_id, m.stream_id, min(a.call_id), m.step_id, m.end_ns, false
+            FROM memops m
+            JOIN api_calls a ON a.rank = m.rank AND a.pid = m.pid AND a.correlation_id = m.correlation_id
+            GROUP BY m.rank, m.memop_id, m.device_id, m.stream_id, m.step_id, m.end_ns
+        ),
+        queued AS (
+            SELECT i.*, a.start_ns AS call_ns, i.done_ns > a.start_ns AS ordered
+            FROM items i JOIN api_calls a ON a.rank = i.rank AND a.call_id = i.call_id
+        ),
+        events AS (
+            SELECT rank, device_id, stream_id, call_ns AS t, CASE WHEN ordered THEN 1 ELSE 0 END AS delta,
+                   step_id, graph, ordered
+            FROM queued
+            UNION ALL
+            SELECT rank, device_id, stream_id, done_ns, -1, NULL, NULL, NULL FROM queued WHERE ordered
+        ),
+        swept AS (
+            SELECT *,
+                   (sum(delta) OVER w)::BIGINT AS depth,
+                   lead(t) OVER w - t AS held_ns,
+                   -- the step of the latest launch so far owns the time until the next event
+                   last_value(CASE WHEN delta >= 0 THEN struct_pack(step_id := step_id) END IGNORE NULLS) OVER w
+                       AS owner
+            FROM events
+            WINDOW w AS (PARTITION BY rank, device_id, stream_id ORDER BY t, delta
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+        )
+        SELECT rank, device_id, stream_id, owner.step_id AS step_id,
+               count(*) FILTER (WHERE delta = 1) AS launches,
+               count(*) FILTER (WHERE delta = 1 AND graph) AS graph_launches,
+               avg(depth - 1) FILTER (WHERE delta = 1) AS depth_at_launch_mean,
+               sum(depth * held_ns) / nullif(sum(held_ns), 0) AS depth_mean,
+               max(depth) FILTER (WHERE delta = 1) AS depth_max,
+               count(*) FILTER (WHERE delta = 1 AND depth = 1) AS empty_launches,
+               100.0 * count(*) FILTER (WHERE delta = 1 AND depth = 1)
+                     / nullif(count(*) FILTER (WHERE delta = 1), 0) AS empty_launch_pct,
+               count(*) FILTER (WHERE delta = 0) AS unordered_launches
+        FROM swept
+        GROUP BY ALL
+        ORDER BY rank, device_id, stream_id, step_id NULLS LAST
     """)
 
 
@@ -296,8 +439,7 @@ def _comm_exposure_sql(comm_islands: str, keys: tuple[str, ...]) -> str:
 
     Compute is the union of the device's non-communication kernels, whatever step launched them. The
     overlap of [lo, hi) with those disjoint islands is C(hi) - C(lo), where C(t) is the compute-busy
-    time before t, read with ASOF joins on the islands' running sum: O(n log n), where a range join
-    would compare every pair.
+    time before t (intervals.busy_before_sql).
     """
     # only on devices that communicate: elsewhere there is nothing to set the compute against
     compute = ("SELECT rank, device_id, start_ns, end_ns FROM gpu_activity "
@@ -305,22 +447,14 @@ def _comm_exposure_sql(comm_islands: str, keys: tuple[str, ...]) -> str:
                f"(SELECT DISTINCT rank, device_id FROM ({_COMM}))")
     key_list = ", ".join(keys)
     return f"""
-        WITH compute_cum AS (
-            -- compute-busy time before each island (0 before the first: nothing ran)
-            SELECT rank, device_id, lo, hi,
-                   coalesce(sum(hi - lo) OVER (PARTITION BY rank, device_id ORDER BY lo
-                                               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-            FROM ({busy_islands_sql(compute, ("rank", "device_id"))})
-        ),
+        WITH compute_cum AS ({islands_with_time_before_sql(compute, ("rank", "device_id"))}),
         busy_before_hi AS (
-            SELECT c.*, CASE WHEN k.lo IS NULL THEN 0  -- no compute island starts before hi
-                         ELSE k.before + CASE WHEN c.hi >= k.hi THEN k.hi - k.lo ELSE c.hi - k.lo END END AS c_hi
+            SELECT c.*, {busy_before_sql("k", "c.hi")} AS c_hi
             FROM ({comm_islands}) c
             ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
         ),
         busy_before_lo AS (
-            SELECT c.*, CASE WHEN k.lo IS NULL THEN 0  -- no compute island starts before lo
-                         ELSE k.before + CASE WHEN c.lo >= k.hi THEN k.hi - k.lo ELSE c.lo - k.lo END END AS c_lo
+            SELECT c.*, {busy_before_sql("k", "c.lo")} AS c_lo
             FROM busy_before_hi c
             ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
         )

@@ -165,6 +165,10 @@ def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, in
         "memory_bytes": [s.memory_bytes for s in all_specs], "sm_count": [s.sm_count for s in all_specs],
         "l2_bytes": pa.array([s.l2_bytes for s in all_specs], pa.int64()),
         "l2_bytes_per_s": pa.array([s.l2_bytes_per_s for s in all_specs], pa.float64()),
+        "host_link": pa.array([s.host_link and s.host_link.label for s in all_specs], pa.string()),
+        "host_link_bytes_per_s": pa.array([s.host_link and s.host_link.bytes_per_s for s in all_specs], pa.float64()),
+        "gpu_link": pa.array([s.gpu_link and s.gpu_link.label for s in all_specs], pa.string()),
+        "gpu_link_bytes_per_s": pa.array([s.gpu_link and s.gpu_link.bytes_per_s for s in all_specs], pa.float64()),
     }))
     con.execute("CREATE OR REPLACE TABLE gpu_specs AS SELECT * FROM _specs")
     con.unregister("_specs")
@@ -338,7 +342,15 @@ STAGE = Stage(
             "architecture": "ampere, hopper, cdna3, ...", "hbm_bytes_per_s": "peak HBM bandwidth, bytes/s",
             "memory_bytes": "device memory", "sm_count": "SMs or CUs",
             "l2_bytes": "L2 size; NULL where hardware/ has no sourced number",
-            "l2_bytes_per_s": "peak L2 bandwidth; NULL where hardware/ has no sourced number"}),
+            "l2_bytes_per_s": "peak L2 bandwidth; NULL where hardware/ has no sourced number",
+            "host_link": "link to host memory: `PCIe 5.0 x16`, `NVLink-C2C`; NULL where hardware/ has no sourced link",
+            "host_link_bytes_per_s": "its peak per direction, bytes/s: PCIe raw signalling after line encoding "
+                                     "(gen3 x16 15.75e9, gen4 x16 31.51e9, gen5 x16 63.02e9), no packet overhead "
+                                     "taken off; NULL when the link is not known",
+            "gpu_link": "GPU-to-GPU link: `NVLink 4 x18`, `NVLink bridge 3 x4`, `Infinity Fabric x7`, `none` (peers "
+                        "over PCIe); NULL where hardware/ has no sourced link",
+            "gpu_link_bytes_per_s": "what one GPU can drive to one peer per direction, bytes/s (half the vendor's "
+                                    "bidirectional figure); NULL when not known or `none`"}),
         Relation("gpu_peaks", "(spec, dtype) with a published dense peak", {
             "spec_id": "`gpu_specs.spec_id`", "dtype": "fp64 ... fp4", "peak_flops": "dense peak, FLOP/s"}),
         Relation("architecture_specs", "(inferred class, spec it can be)", {

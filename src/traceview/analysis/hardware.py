@@ -7,6 +7,21 @@ bandwidth is decimal TB/s; ``memory_bytes`` is the marketed capacity taken as Gi
 ``l2_tbps`` (optional) is the L2 cache's peak read bandwidth in decimal TB/s, only where a
 vendor or measured figure is published: above-HBM bandwidth is plausible only for data that fits L2.
 
+Links (optional, each with a source; absent means not known, and every figure built on it is NULL):
+
+* ``host_link``: how the GPU reaches host memory. ``{ kind = "pcie", generation = 5, lanes = 16 }``:
+  its per-direction peak is derived, raw signalling after line encoding (GT/s x lanes x 8b/10b for
+  generations 1-2, 128b/130b for 3-5, / 8): gen3 x16 = 15.75 GB/s, gen4 x16 = 31.51, gen5 x16 = 63.02.
+  TLP/DLLP packet overhead is not taken off, so a DMA engine reaches some 80-90 % of it.
+  ``{ kind = "nvlink-c2c", gb_per_s = 450 }`` (GH200, GB200: NVLink-C2C to the Grace CPU) gives the
+  per-direction peak in decimal GB/s.
+* ``gpu_link``: what one GPU can drive to one peer. ``{ kind = "nvlink", generation = 4, links = 18,
+  gb_per_s = 450 }`` (NVSwitch systems give every pair the GPU's full NVLink), ``"nvlink-bridge"`` (two to
+  four cards over a bridge), ``"infinity-fabric"`` (AMD xGMI; in a fully connected mesh one link per
+  peer), each with its per-direction peak in decimal GB/s where a source gives one; ``{ kind = "none" }``:
+  peers talk over PCIe (the host link's figure bounds them). Vendors quote NVLink and xGMI bidirectionally
+  (H100: 900 GB/s = 450 per direction); the files hold the per-direction half.
+
 Matching a trace's device name (CUDA / NVML / Kineto ``deviceProperties.name`` /
 nsys ``TARGET_INFO_GPU.name``):
 
@@ -54,7 +69,15 @@ GIB = 2**30
 
 _SOURCED_FIELDS = ("hbm_tbps", "memory_bytes", "sm_count", "boost_clock_mhz", "l2_bytes", "l2_tbps", "interconnect",
                    "tdp_w")
-_OPTIONAL_FIELDS = ("boost_clock_mhz", "l2_bytes", "l2_tbps", "interconnect", "tdp_w", "notes")
+_OPTIONAL_FIELDS = ("boost_clock_mhz", "l2_bytes", "l2_tbps", "interconnect", "tdp_w", "notes", "host_link", "gpu_link")
+_LINK_FIELDS = ("host_link", "gpu_link")
+# PCIe generation -> (transfers per second per lane, line-code efficiency): PCI-SIG base specifications
+PCIE_GENERATIONS = {1: (2.5e9, 8 / 10), 2: (5e9, 8 / 10), 3: (8e9, 128 / 130), 4: (16e9, 128 / 130),
+                    5: (32e9, 128 / 130)}
+PCIE_LANES = (1, 2, 4, 8, 16)
+HOST_LINK_KINDS = ("pcie", "nvlink-c2c")
+GPU_LINK_KINDS = ("nvlink", "nvlink-bridge", "infinity-fabric", "none")
+_LINK_KEYS = {"kind", "generation", "lanes", "links", "gb_per_s"}
 # Matrix-unit dtypes: a GPU with tensor (NVIDIA) or matrix (AMD) cores runs one of them faster than FP32.
 TENSOR_DTYPES = ("tf32", "bf16", "fp16")
 _TOP_LEVEL = {"id", "name", "vendor", "architecture", "match", "hbm_tbps", "memory_bytes", "sm_count",
@@ -76,6 +99,28 @@ class Fallback:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A host or GPU-to-GPU link: what it is and its per-direction peak (None: not known, or no link)."""
+
+    kind: str  # pcie, nvlink-c2c, nvlink, nvlink-bridge, infinity-fabric, none
+    generation: int | None = None
+    lanes: int | None = None  # PCIe lane width
+    links: int | None = None  # NVLink / xGMI links
+    bytes_per_s: float | None = None  # per direction
+
+    @property
+    def label(self) -> str:
+        """'PCIe 5.0 x16', 'NVLink 4 x18', 'NVLink-C2C', 'none'."""
+        if self.kind == "pcie":
+            return f"PCIe {self.generation}.0 x{self.lanes}"
+        name = {"nvlink": "NVLink", "nvlink-bridge": "NVLink bridge", "nvlink-c2c": "NVLink-C2C",
+                "infinity-fabric": "Infinity Fabric", "none": "none"}[self.kind]
+        generation = f" {self.generation}" if self.generation else ""
+        links = f" x{self.links}" if self.links else ""
+        return f"{name}{generation}{links}"
+
+
+@dataclass(frozen=True)
 class HardwareSpec:
     id: str
     name: str
@@ -94,6 +139,8 @@ class HardwareSpec:
     tdp_w: int | None = None
     notes: str | None = None
     l2_tbps: float | None = None
+    host_link: Link | None = None
+    gpu_link: Link | None = None
 
     def peak_flops(self, dtype: str) -> float | None:
         """Dense peak in FLOP/s (OP/s for int8), or None if this GPU has no such number."""
@@ -233,13 +280,17 @@ def _load_file(path: Path) -> HardwareSpec:
         "tdp_w": get(data, "tdp_w", int, optional=True),
     }
 
+    fields["host_link"] = _link(get(data, "host_link", dict, optional=True), "host_link", HOST_LINK_KINDS, fail)
+    fields["gpu_link"] = _link(get(data, "gpu_link", dict, optional=True), "gpu_link", GPU_LINK_KINDS, fail)
+
     if fields["l2_tbps"] is not None and fields["l2_tbps"] <= fields["hbm_tbps"]:
         raise fail("l2_tbps", f"{fields['l2_tbps']} TB/s must exceed hbm_tbps {fields['hbm_tbps']} (L2 sits in front of HBM)")
     if fields["l2_tbps"] is not None and fields["l2_bytes"] is None:
         raise fail("l2_tbps", "needs l2_bytes: the bandwidth applies only to working sets that fit L2")
 
     sources = _flatten(get(data, "sources", dict), "", fail)
-    wanted = [f"peak_tflops.{d}" for d in peaks] + [f for f in _SOURCED_FIELDS if fields[f] is not None]
+    wanted = ([f"peak_tflops.{d}" for d in peaks] + [f for f in _SOURCED_FIELDS if fields[f] is not None]
+              + [f for f in _LINK_FIELDS if fields[f] is not None])
     for key in wanted:
         if key not in sources:
             raise fail(key, "missing source")
@@ -259,6 +310,42 @@ def _load_file(path: Path) -> HardwareSpec:
         notes=get(data, "notes", str, optional=True),
         **fields,
     )
+
+
+def _link(table: dict[str, Any] | None, field: str, kinds: tuple[str, ...], fail) -> Link | None:
+    """A link table checked for its kind; a PCIe link's peak is derived from generation and lanes."""
+    if table is None:
+        return None
+    for key in table:
+        if key not in _LINK_KEYS:
+            raise fail(f"{field}.{key}", "unknown field")
+    kind = table.get("kind")
+    if kind not in kinds:
+        raise fail(f"{field}.kind", f"must be one of {kinds}, got {kind!r}")
+    values = {key: table.get(key) for key in ("generation", "lanes", "links", "gb_per_s")}
+    for key, value in values.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0
+                                  or (key != "gb_per_s" and not isinstance(value, int))):
+            raise fail(f"{field}.{key}", f"expected a positive {'number' if key == 'gb_per_s' else 'integer'}, "
+                                         f"got {value!r}")
+    if kind == "none":
+        if any(v is not None for v in values.values()):
+            raise fail(field, "a link of kind 'none' takes no other field")
+        return Link("none")
+    if kind == "pcie":
+        if values["generation"] not in PCIE_GENERATIONS:
+            raise fail(f"{field}.generation", f"must be one of {tuple(PCIE_GENERATIONS)}, got {values['generation']!r}")
+        if values["lanes"] not in PCIE_LANES:
+            raise fail(f"{field}.lanes", f"must be one of {PCIE_LANES}, got {values['lanes']!r}")
+        if values["gb_per_s"] is not None or values["links"] is not None:
+            raise fail(field, "a PCIe link's bandwidth is derived from generation and lanes; give only those")
+        transfers, code = PCIE_GENERATIONS[values["generation"]]
+        return Link("pcie", values["generation"], values["lanes"], bytes_per_s=transfers * values["lanes"] * code / 8)
+    if values["lanes"] is not None:
+        raise fail(f"{field}.lanes", "only a PCIe link has lanes")
+    gb_per_s = values["gb_per_s"]
+    return Link(kind, values["generation"], links=values["links"],
+                bytes_per_s=None if gb_per_s is None else float(gb_per_s) * 1e9)
 
 
 def _float_or_none(value: int | float | None) -> float | None:

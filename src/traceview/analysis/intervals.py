@@ -50,3 +50,27 @@ def busy_time_sql(source: str, keys: tuple[str, ...]) -> str:
         FROM ({busy_islands_sql(source, keys)})
         GROUP BY {key_list}
     """
+
+
+def islands_with_time_before_sql(source: str, keys: tuple[str, ...]) -> str:
+    """SQL yielding (keys..., lo, hi, before): the busy islands of `source` per key, each with the busy time
+    of the islands before it.
+
+    Busy time before any moment t is then one ASOF join away (`busy_before_sql`): the overlap of an
+    interval [a, b) with the islands is B(b) - B(a), in O(n log n) where a range join compares every pair.
+    """
+    key_list = ", ".join(keys)
+    return f"""
+        SELECT {key_list}, lo, hi,
+               coalesce(sum(hi - lo) OVER (PARTITION BY {key_list} ORDER BY lo
+                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+        FROM ({busy_islands_sql(source, keys)})
+    """
+
+
+def busy_before_sql(alias: str, point: str) -> str:
+    """B(point): busy time before `point` of the islands row `alias`, ASOF-joined on the keys and
+    `alias.lo <= point`; 0 when no island starts before it (nothing ran: a true zero, not unknown)."""
+    return (f"CASE WHEN {alias}.lo IS NULL THEN 0 ELSE {alias}.before + "
+            f"(CASE WHEN {point} < {alias}.hi THEN {point} ELSE {alias}.hi END) - {alias}.lo END")
+

@@ -3,7 +3,7 @@ decode, mixed, empty, unknown.
 
 A step is a host-side window: an engine's step annotation, an `execute_model` Python frame, a
 ProfilerStep, a range matching the user's regex, or, with none of these, a burst of GPU work between
-idle gaps. The GPU work of a step is what its launches caused (joined on correlation id), not
+idle gaps where such bursts repeat a kernel pattern (else the rank's GPU work is one window). The GPU work of a step is what its launches caused (joined on correlation id), not
 whatever happens to run on the GPU during the window. The workload kind comes first: a step that
 launches backward or optimizer work is `train`; only inference steps get prefill/decode/mixed. Each
 step's phase comes from the strongest evidence available, recorded in `phase_source` with a confidence.
@@ -28,6 +28,8 @@ COUNT_GROUPS = ("prefill_requests", "prefill_tokens", "prefill_context_tokens", 
                 "decode_context_tokens", "requests", "tokens")
 KNOWN_GROUPS = frozenset(COUNT_GROUPS) | {"mode"}
 DEFAULT_GAP_NS = 1_000_000
+# kernels at the head of a GPU burst that make its pattern (gap-based steps split only where patterns repeat)
+PATTERN_KERNELS = 8
 ANNOTATION_KINDS = ("user_annotation", "nvtx")
 
 
@@ -215,17 +217,75 @@ def _keep_outermost(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _add_gap_windows(con: duckdb.DuckDBPyConnection, gap_ns: int) -> None:
-    """Fallback: a step is a burst of GPU work; an idle gap longer than `gap_ns` ends it."""
-    bursts = busy_islands_sql(f"SELECT rank, start_ns, end_ns FROM kernels WHERE {_ranks_without_windows()}",
-                              ("rank",), merge_gap_ns="$gap")
+    """Fallback: a step is a burst of GPU work ended by an idle gap longer than `gap_ns`, with that gap, but
+    only on a rank whose bursts repeat a kernel pattern; elsewhere the rank's GPU work is one window.
+
+    A burst's pattern is the names of its first `PATTERN_KERNELS` kernels, so iterations that differ
+    only in their tail (a logging reduction, an optimizer on every other step) still match. The bursts
+    split into steps when at least half of them share their pattern with another burst: 50 launches of
+    one solver kernel are 50 steps, a test binary's sequence of different matmuls is one window (with a
+    `gap_steps_not_repeating` diagnostic saying why), not a "step" per test.
+    """
+    # bursts of all GPU work, copies included: a copy-bound run's copies belong to its iterations
+    work = ("SELECT rank, start_ns, end_ns FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM memops")
+    bursts = busy_islands_sql(f"SELECT * FROM ({work}) WHERE {_ranks_without_windows()}", ("rank",),
+                              merge_gap_ns="$gap")
     con.execute(
         f"""
+        CREATE OR REPLACE TEMP TABLE _gap_bursts AS
+        WITH bursts AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY lo) AS burst FROM ({bursts})),
+        heads AS (  -- the first kernels of each burst, in start order
+            SELECT b.rank, b.burst, k.name,
+                   row_number() OVER (PARTITION BY b.rank, b.burst ORDER BY k.start_ns, k.kernel_id) AS position
+            FROM kernels k ASOF JOIN bursts b ON k.rank = b.rank AND k.start_ns >= b.lo
+        ),
+        patterns AS (
+            SELECT rank, burst, hash(list(name ORDER BY position)) AS pattern
+            FROM heads WHERE position <= $head GROUP BY ALL
+        )
+        SELECT b.rank, b.burst, b.lo, b.hi, p.pattern, count(*) OVER (PARTITION BY b.rank, p.pattern) AS occurrences
+        FROM bursts b JOIN patterns p USING (rank, burst)
+        """,
+        {"gap": gap_ns, "head": PATTERN_KERNELS},
+    )
+    con.execute(
+        """
+        CREATE OR REPLACE TEMP TABLE _gap_ranks AS
+        SELECT rank, count(*) AS bursts, count(DISTINCT pattern) AS patterns,
+               count(*) FILTER (WHERE occurrences > 1) AS repeating, min(lo) AS lo, max(hi) AS hi,
+               2 * count(*) FILTER (WHERE occurrences > 1) >= count(*) AS split
+        FROM _gap_bursts GROUP BY rank
+        """
+    )
+    con.execute(
+        """
         INSERT INTO _step_windows
-        SELECT rank, NULL, NULL, lo, hi, 'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM ({bursts})
+        -- an iteration is its burst and the idle gap after it, up to the next burst: the host time between
+        -- bursts is part of every iteration's cycle (the last burst ends with its work)
+        SELECT b.rank, NULL, NULL, b.lo, coalesce(lead(b.lo) OVER (PARTITION BY b.rank ORDER BY b.lo), b.hi),
+               'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM _gap_bursts b JOIN _gap_ranks r USING (rank) WHERE r.split
+        UNION ALL
+        SELECT rank, NULL, NULL, lo, hi, 'gpu span', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM _gap_ranks WHERE NOT split
+        """
+    )
+    con.execute(
+        """
+        INSERT INTO diagnostics
+        SELECT rank, 'analysis', 'info', 'gap_steps_not_repeating',
+               printf('%d GPU bursts between idle gaps over %.3f ms, with %d distinct kernel patterns (%d bursts share '
+                      || 'theirs with another): fewer than half repeat, so they are one window, not %d steps; a step '
+                      || 'marker (ProfilerStep, an NVTX range per iteration, --step-regex) would split it',
+                      bursts, $gap / 1e6, patterns, repeating, bursts),
+               NULL
+        FROM _gap_ranks WHERE NOT split AND bursts > 1
+        ORDER BY rank
         """,
         {"gap": gap_ns},
     )
+    con.execute("DROP TABLE _gap_bursts")
+    con.execute("DROP TABLE _gap_ranks")
 
 
 def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
@@ -269,7 +329,8 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
         """
     )
     for table, key in (("kernels", "kernel_id"), ("memops", "memop_id")):
-        # the step whose window holds the launch call; a burst window (gpu_gap) holds the work itself
+        # the step whose window holds the launch call; a burst window (gpu_gap) holds the work itself; work
+        # whose launch call the trace lacks (issued before the capture began) goes by where it ran
         con.execute(
             f"""
             CREATE OR REPLACE TABLE {table[:-1]}_steps AS
@@ -282,9 +343,17 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
                 FROM {table} t ASOF JOIN (SELECT * FROM _numbered_windows WHERE source = 'gpu_gap') w
                   ON t.rank = w.rank AND t.start_ns >= w.start_ns
                 WHERE t.end_ns <= w.end_ns
+            ),
+            by_start AS (
+                SELECT t.rank, t.{key}, w.step_id
+                FROM (SELECT * FROM {table} t WHERE NOT EXISTS (
+                          SELECT 1 FROM api_calls a
+                          WHERE a.rank = t.rank AND a.pid = t.pid AND a.correlation_id = t.correlation_id)) t
+                ASOF JOIN _numbered_windows w ON t.rank = w.rank AND t.start_ns >= w.start_ns
+                WHERE t.start_ns < w.end_ns
             )
-            SELECT rank, {key}, CASE WHEN b.step_id IS NULL THEN c.step_id ELSE b.step_id END AS step_id
-            FROM by_call c FULL JOIN by_burst b USING (rank, {key})
+            SELECT rank, {key}, coalesce(b.step_id, c.step_id, u.step_id) AS step_id
+            FROM by_call c FULL JOIN by_burst b USING (rank, {key}) FULL JOIN by_start u USING (rank, {key})
             """
         )
     memop_columns = ", ".join(f"m.{column}" for column in db.contract_columns("memops"))
@@ -625,7 +694,10 @@ STEP_COLUMNS = {
     "decode_context_tokens": "Σ decode context lengths including the new tokens",
     "name": "the window's range name",
     "step_source": "where the window came from: `user_regex`, `annotation:<grammar>`, `execute_model`, "
-                   "`profiler_step`, `gpu_gap`",
+                   "`profiler_step`, `gpu_gap` (no step marker: a burst of GPU work and the idle gap after it, up "
+                   "to the next burst, named `gpu burst`, where the rank's bursts repeat a kernel pattern; "
+                   "otherwise the rank's whole GPU span as one window, named `gpu span`, with a "
+                   "`gap_steps_not_repeating` diagnostic)",
     "cpu_start_ns": "the host window's start",
     "cpu_end_ns": "the host window's end",
     "gpu_start_ns": "first start of the step's GPU work",
@@ -640,7 +712,9 @@ STEP_COLUMNS = {
     "train_optimizer_ns": "train steps: GPU busy time of the optimizer work; NULL when nothing marks it (no "
                           "annotation, no optimizer kernel)",
 }
-STEP_ID = "the step whose launch call started this work (`steps.step_id`); NULL when launched outside every step"
+STEP_ID = ("the step whose launch call started this work (`steps.step_id`); work with no launch call in the trace "
+           "(issued before the capture began): the latest-starting step whose window holds its start; NULL when "
+           "launched outside every step")
 
 STAGE = Stage(
     name="steps",

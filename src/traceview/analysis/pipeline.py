@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 import duckdb
 
-from traceview.analysis import accounting, activity, assemble, categories, devices, op_costs, phases, roofline
+from traceview.analysis import (accounting, activity, assemble, budget, categories, devices, engines, host_context,
+                                op_costs, phases, ranks, roofline, steady)
 from traceview.analysis.models import load_model
 from traceview.analysis.stage import Context, Stage, run_stages
 from traceview.errors import TraceviewError
@@ -53,6 +54,11 @@ STAGES: tuple[Stage, ...] = (
     accounting.STAGE,
     roofline.SUMMARY_STAGE,
     activity.STAGE,
+    ranks.STAGE,
+    steady.STAGE,
+    engines.STAGE,
+    host_context.STAGE,
+    budget.STAGE,
 )
 
 

@@ -91,27 +91,62 @@ def _rank_from_name(path: Path) -> int | None:
 
 
 def ingest(path: Path, con: duckdb.DuckDBPyConnection) -> None:
-    """Create the schema in `con` and load a trace file, or a directory of per-rank traces."""
+    """Create the schema in `con` and load a trace file, or a directory of per-rank traces.
+
+    In a directory, a file's rank is the one its name says (`rank3`, `worker_3`), else its place in
+    name order, moved past the extra ranks of earlier files that held several processes; a rank the
+    file itself states (Kineto distributedInfo, nsys MPI_RANKS) wins. Two files claiming one rank is
+    an error.
+    """
     db.create_schema(con)
     if path.is_dir():
-        files = trace_files(path)
-        for index, file in enumerate(files):
-            default = _rank_from_name(file)
-            rank = _load(file, con, index if default is None else default)
-            _check_duplicates(con, rank)
-            taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchall()[0][0]
-            if taken > 1:
-                raise TraceviewError(f"{file}: rank {rank} is claimed by two traces in {path}")
+        extra = 0  # ranks beyond the first that earlier files held
+        for index, file in enumerate(trace_files(path)):
+            named = _rank_from_name(file)
+            ranks = _load(file, con, index + extra if named is None else named)
+            extra += len(ranks) - 1
+            for rank in ranks:
+                _check_duplicates(con, rank)
+                taken = con.execute("SELECT count(*) FROM trace_info WHERE rank = ?", [rank]).fetchall()[0][0]
+                if taken > 1:
+                    raise TraceviewError(f"{file}: rank {rank} is claimed by two traces in {path}")
     else:
-        _check_duplicates(con, _load(path, con, None))
+        for rank in _load(path, con, None):
+            _check_duplicates(con, rank)
 
 
-def _load(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None) -> int:
-    """Stage one file with its format's reader, then finish the stages the same way for every format."""
+def _load(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None) -> list[int]:
+    """Stage one file with its format's reader, then finish the stages the same way for every format.
+
+    Returns the ranks the file held: one per trace_info row the reader added (an nsys export holds
+    one per process that ran GPU work).
+    """
     reader = reader_for(path)
-    rank = reader.read(path, con, rank)
-    db.finish_stages(con, rank, reader.launch_link)
-    return rank
+    before = con.execute("SELECT count(*) FROM trace_info").fetchall()[0][0]
+    reader.read(path, con, rank)
+    ranks = [r for (r,) in con.execute("SELECT rank FROM trace_info WHERE rowid >= ? ORDER BY rank",
+                                       [before]).fetchall()]
+    if len(ranks) == 1:
+        db.finish_stages(con, ranks[0], reader.launch_link)
+    else:
+        _finish_each_rank(con, ranks, reader.launch_link)
+    return ranks
+
+
+STAGED = ("api_calls", "kernels", "memops", "ranges")
+
+
+def _finish_each_rank(con: duckdb.DuckDBPyConnection, ranks: list[int], link: db.LaunchLink) -> None:
+    """Finish a file's stages one rank at a time, so ids are numbered from 0 within each rank."""
+    for table in STAGED:
+        con.execute(f"ALTER TABLE _stage_{table} RENAME TO _file_stage_{table}")
+    for rank in ranks:
+        for table in STAGED:
+            con.execute(f"CREATE TEMP TABLE _stage_{table} AS SELECT * FROM _file_stage_{table} WHERE rank = ?",
+                        [rank])
+        db.finish_stages(con, rank, link)
+    for table in STAGED:
+        con.execute(f"DROP TABLE _file_stage_{table}")
 
 
 def _check_duplicates(con: duckdb.DuckDBPyConnection, rank: int) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -91,6 +92,11 @@ class Export:
             name: {col[1] for col in conn.execute(f'PRAGMA table_info("{name}")')}
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
+
+        self.notes: list[tuple[str, str, str]] = []  # (severity, code, message), written once ranks are known
+
+    def note(self, severity: str, code: str, message: str) -> None:
+        self.notes.append((severity, code, message))
 
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
@@ -202,8 +208,12 @@ I64, I32, STR = pa.int64(), pa.int32(), pa.string()
 
 
 def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
-    """Stage one export's rows as `rank` (0 when not given); returns the rank used."""
-    rank = 0 if rank is None else rank
+    """Stage one export's rows, one rank per process that ran GPU work (see `ProcessRanks`).
+
+    `rank` (0 when not given) is the first rank to number inferred ranks from; the export's own MPI
+    ranks win over it. Returns the lowest rank used: the one every file-level fact is kept on.
+    """
+    first = 0 if rank is None else rank
     conn = open_readonly(path)
     conn.text_factory = text = LenientText()
     try:
@@ -212,17 +222,27 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
             if "StringTable" in export.tables:
                 raise TraceviewError(f"{path}: this is an nvprof database, not an Nsight Systems export")
             raise TraceviewError(f"{path}: SQLite file is not an Nsight Systems export (no StringIds table)")
-        _read_trace_info(path, con, export, rank)
-        _read_devices(con, export, rank)
+        _check_schema_version(export, export.metadata().get("EXPORT_SCHEMA_VERSION"))
+        if not export.has("TARGET_INFO_GPU", "id"):
+            export.note("warning", "no_gpu_info",
+                        "export has no TARGET_INFO_GPU table: GPU name and properties unknown (use --gpu)")
         _stage_strings(con, export)
-        _read_api_calls(con, export, rank)
-        _read_kernels(con, export, rank)
-        _read_memops(con, export, rank)
-        _read_ranges(con, export, rank)
+        _read_api_calls(con, export, first)
+        _read_kernels(con, export, first)
+        _read_memops(con, export, first)
+        _read_ranges(con, export, first)
         con.execute("DROP TABLE _nsys_strings")
-        _read_diagnostics(con, export, rank)
+        ranks = ProcessRanks.assign(con, export, first)
+        ranks.apply(con)
+        _read_trace_info(path, con, export, ranks)
+        _read_devices(con, export, ranks)
+        for severity, code, message in export.notes:
+            db.add_diagnostic(con, ranks.home, "ingest", severity, code, message)
+        _read_diagnostics(con, export, ranks.home)
+        if ranks.diagnostic:
+            db.add_diagnostic(con, ranks.home, "ingest", "info", "ranks_from_processes", ranks.diagnostic)
         if text.replaced:
-            db.add_diagnostic(con, rank, "ingest", "warning", "invalid_utf8",
+            db.add_diagnostic(con, ranks.home, "ingest", "warning", "invalid_utf8",
                               f"{text.replaced} strings hold bytes that are not UTF-8; they were replaced with U+FFFD")
     except sqlite3.DatabaseError as exc:
         raise TraceviewError(f"{path}: damaged SQLite export ({exc})") from None
@@ -233,48 +253,132 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
         raise TraceviewError(f"{path}: damaged SQLite export ({message})") from None
     finally:
         conn.close()
-    return rank
+    return ranks.home
 
 
-def _read_trace_info(path: Path, con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
+@dataclass(frozen=True)
+class ProcessRanks:
+    """Which rank each process of one export is: every process that ran GPU work (a kernel or memop) is one.
+
+    One export can hold a whole job (`nsys profile torchrun ...` traces every child), and pooling its
+    processes as one rank hides what differs between them. The export's MPI_RANKS table says which
+    process is which rank; where it does not cover every GPU process, ranks are numbered from `first`
+    by the lowest GPU ordinal each process used, then pid. Processes without GPU work (a launcher,
+    data-loader workers) are no rank: their API calls and ranges stay on the lowest rank (`home`),
+    which also keeps the file's own facts (devices are listed on every rank). A single-process
+    export is one rank as it always was, with no diagnostic.
+    """
+
+    home: int
+    by_pid: dict[int, int]  # GPU process -> rank
+    devices: dict[int, list[int]]  # GPU process -> GPU ordinals it used
+    source: str  # 'MPI_RANKS' or 'processes'
+    others: tuple[int, ...]  # pids with host rows but no GPU work
+    world_size: int | None
+    first: int
+
+    @classmethod
+    def assign(cls, con: duckdb.DuckDBPyConnection, export: Export, first: int) -> ProcessRanks:
+        gpu = con.execute("""
+            SELECT pid, list(DISTINCT device_id ORDER BY device_id) FILTER (WHERE device_id IS NOT NULL)
+            FROM (SELECT pid, device_id FROM _stage_kernels UNION ALL SELECT pid, device_id FROM _stage_memops)
+            WHERE pid IS NOT NULL GROUP BY pid
+            ORDER BY min(device_id) NULLS LAST, pid
+        """).fetchall()
+        devices = {pid: list(used) for pid, used in gpu}
+        mpi = _mpi_ranks(export)
+        world_size = None
+        if export.has("MPI_RANKS", "rank"):
+            world_size = export.conn.execute("SELECT count(DISTINCT rank) FROM MPI_RANKS").fetchall()[0][0] or None
+        covered = [mpi.get(pid) for pid in devices]
+        if devices and None not in covered and len(set(covered)) == len(covered):
+            by_pid, source = dict(zip(devices, covered)), "MPI_RANKS"
+        else:
+            by_pid, source = {pid: first + i for i, pid in enumerate(devices)}, "processes"
+            if len(devices) > 1 and world_size is None:
+                world_size = len(devices)
+        home = min(by_pid.values(), default=first)
+        others = tuple(pid for (pid,) in con.execute("""
+            SELECT DISTINCT pid FROM (SELECT pid FROM _stage_api_calls UNION ALL SELECT pid FROM _stage_ranges)
+            WHERE pid IS NOT NULL ORDER BY pid
+        """).fetchall() if pid not in by_pid)
+        return cls(home, by_pid, devices, source, others, world_size, first)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(set(self.by_pid.values())) or [self.home]
+
+    def apply(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Give every staged row its process's rank (rows were staged as `first`); nothing to do for one."""
+        if all(rank == self.first for rank in self.by_pid.values()):
+            return
+        con.register("_nsys_process_ranks", pa.table({"pid": pa.array(list(self.by_pid), I64),
+                                                      "rank": pa.array(list(self.by_pid.values()), I32)}))
+        for table in ("_stage_api_calls", "_stage_kernels", "_stage_memops", "_stage_ranges"):
+            if self.home != self.first:
+                con.execute(f"UPDATE {table} SET rank = {self.home}")
+            con.execute(f"UPDATE {table} SET rank = m.rank FROM _nsys_process_ranks m WHERE m.pid = {table}.pid")
+        con.unregister("_nsys_process_ranks")
+
+    @property
+    def diagnostic(self) -> str | None:
+        """The mapping in words, when the export held more than one GPU process."""
+        if len(self.by_pid) < 2:
+            return None
+        how = ("from the export's MPI_RANKS" if self.source == "MPI_RANKS"
+               else "inferred: numbered by the lowest GPU ordinal each used, then pid")
+        mapping = ", ".join(
+            f"pid {pid} -> rank {rank} (GPU {', '.join(map(str, self.devices[pid])) or '?'})"
+            for pid, rank in sorted(self.by_pid.items(), key=lambda item: item[1]))
+        message = f"{len(self.by_pid)} processes ran GPU work, one rank each ({how}): {mapping}"
+        if self.others:
+            listed = ", ".join(map(str, self.others[:8])) + (", ..." if len(self.others) > 8 else "")
+            one = len(self.others) == 1
+            message += (f"; {len(self.others)} {'process' if one else 'processes'} without GPU work (pid {listed}) "
+                        f"{'is' if one else 'are'} no rank: {'its' if one else 'their'} API calls and ranges are "
+                        f"kept on rank {self.home}")
+        return message
+
+
+def _mpi_ranks(export: Export) -> dict[int, int]:
+    """pid -> MPI rank from MPI_RANKS (globalTid, rank); empty when the export has none."""
+    if not export.has("MPI_RANKS", "globalTid", "rank"):
+        return {}
+    rows = export.conn.execute(
+        f"SELECT DISTINCT (globalTid >> 24) & {MASK_24}, rank FROM MPI_RANKS WHERE rank IS NOT NULL").fetchall()
+    by_pid: dict[int, set[int]] = {}
+    for pid, rank in rows:
+        by_pid.setdefault(pid, set()).add(rank)
+    return {pid: ranks.pop() for pid, ranks in by_pid.items() if len(ranks) == 1}
+
+
+def _read_trace_info(path: Path, con: duckdb.DuckDBPyConnection, export: Export, ranks: ProcessRanks) -> None:
     meta = export.metadata()
     origin = None
     if export.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
         row = export.conn.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
         origin = row[0] if row else None
-    world_size = None
-    if export.has("MPI_RANKS", "rank"):
-        world_size = export.conn.execute("SELECT count(DISTINCT rank) FROM MPI_RANKS").fetchall()[0][0] or None
-    con.execute(
-        "INSERT INTO trace_info VALUES (?, 'nsys', 'nsys', ?, ?, ?, ?, ?, 'session', ?, NULL, NULL)",
-        [
-            rank,
-            meta.get("EXPORT_PRODUCT_VERSION"),
-            meta.get("EXPORT_SCHEMA_VERSION"),
-            str(path.resolve()),
-            path.stat().st_size,
-            world_size,
-            origin,
-        ],
-    )
-    _check_schema_version(con, rank, meta.get("EXPORT_SCHEMA_VERSION"))
+    db.insert_rows(con, "trace_info", [
+        [rank, "nsys", "nsys", meta.get("EXPORT_PRODUCT_VERSION"), meta.get("EXPORT_SCHEMA_VERSION"),
+         str(path.resolve()), path.stat().st_size, ranks.world_size, "session", origin, None, None]
+        for rank in ranks.ranks
+    ])
 
 
-def _check_schema_version(con: duckdb.DuckDBPyConnection, rank: int, version) -> None:
+def _check_schema_version(export: Export, version) -> None:
     """A newer export schema is read as best we can (tables and columns are probed), with a warning."""
     major = str(version or "").split(".")[0]
     if major.isdigit() and int(major) <= KNOWN_SCHEMA_MAJOR or not version:
         return
-    db.add_diagnostic(con, rank, "ingest", "warning", "unknown_schema_version",
-                      f"export schema {version} is newer than the {KNOWN_SCHEMA_MAJOR}.x this traceview knows: "
-                      "tables and columns it does not know were skipped; check the results")
+    export.note("warning", "unknown_schema_version",
+                f"export schema {version} is newer than the {KNOWN_SCHEMA_MAJOR}.x this traceview knows: "
+                "tables and columns it does not know were skipped; check the results")
 
 
-def _read_devices(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
+def _read_devices(con: duckdb.DuckDBPyConnection, export: Export, ranks: ProcessRanks) -> None:
+    """Every rank of the export lists the export's GPUs, as each process could see them all."""
     table = "TARGET_INFO_GPU"
     if not export.has(table, "id"):
-        db.add_diagnostic(con, rank, "ingest", "warning", "no_gpu_info",
-                          "export has no TARGET_INFO_GPU table: GPU name and properties unknown (use --gpu)")
         return
     rows = export.conn.execute(
         f"""SELECT {export.col(table, 'id')}, {export.col(table, 'name')}, {export.col(table, 'smCount')},
@@ -284,7 +388,8 @@ def _read_devices(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
                    {export.col(table, 'threadsPerWarp')}
             FROM {table} t ORDER BY 1"""
     ).fetchall()
-    db.insert_rows(con, "devices", [[rank, row[0], (row[1] or "").strip(), *row[2:]] for row in rows])
+    db.insert_rows(con, "devices", [[rank, row[0], (row[1] or "").strip(), *row[2:]]
+                                    for rank in ranks.ranks for row in rows])
 
 
 def _read_api_calls(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
@@ -326,8 +431,8 @@ def _read_kernels(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
     else:
         con.execute("CREATE OR REPLACE TEMP TABLE _nsys_kernels ("
                     + ", ".join(f'"{alias}" BIGINT' for alias in KERNEL_COLUMNS) + ")")
-        db.add_diagnostic(con, rank, "ingest", "warning", "no_kernels",
-                          "export has no CUDA kernel table: CUDA tracing was off or failed during capture")
+        export.note("warning", "no_kernels",
+                    "export has no CUDA kernel table: CUDA tracing was off or failed during capture")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_kernels AS
@@ -409,8 +514,8 @@ def _read_ranges(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
         f"SELECT count(*) FROM _nsys_nvtx WHERE event_type IN {NVTX_RANGE_TYPES} AND \"end\" IS NULL"
     ).fetchall()[0][0]
     if open_ranges:
-        db.add_diagnostic(con, rank, "ingest", "info", "open_nvtx_ranges",
-                          f"{open_ranges} NVTX ranges were still open when the capture ended; they end at the last event")
+        export.note("info", "open_nvtx_ranges",
+                    f"{open_ranges} NVTX ranges were still open when the capture ended; they end at the last event")
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_ranges AS

@@ -19,8 +19,9 @@ from traceview.model.db import LaunchLink
 class Reader:
     """One input format.
 
-    `read` stages one file's rows in the `_stage_<table>` tables (see model/db.py) and returns the rank it
-    used; the registry then finishes them with `launch_link`, the same way for every format.
+    `read` stages one file's rows in the `_stage_<table>` tables (see model/db.py) and returns the lowest
+    rank it used (an nsys export of several processes holds several ranks); the registry then finishes
+    each rank the file added to trace_info with `launch_link`, the same way for every format.
     """
 
     name: str  # short id: "nsys", "kineto"

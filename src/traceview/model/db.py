@@ -54,6 +54,12 @@ def dict_rows(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = No
     return [{n: plain(v) for n, v in zip(names, values)} for values in cursor.fetchall()]
 
 
+def has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Whether a table or view of that name exists (analysis relations exist only after analysis)."""
+    return bool(con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchall()[0][0])
+
+
 def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
     """Whether an analysis step already added `column` (analyses run in any subset)."""
     return bool(con.execute(

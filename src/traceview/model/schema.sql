@@ -1,18 +1,19 @@
 -- The traceview trace schema: the same tables and columns whatever the input format.
 -- Every time is an integer nanosecond on the trace's own time base (see trace_info.time_base).
--- Every table carries `rank`, so a directory of per-rank traces is one database.
+-- Every table carries `rank`, so a whole job (a directory of per-rank traces, or one nsys export of several
+-- processes) is one database.
 -- docs/schema.md is generated from the comments in this file.
 
--- One row per ingested trace file (one per rank).
+-- One row per rank: one per trace file, and in an nsys export one per process that ran GPU work.
 CREATE TABLE trace_info (
-    rank INTEGER,                -- rank of this trace in its job (0 for a single process)
+    rank INTEGER,                -- rank in its job: the trace's own (Kineto distributedInfo, nsys MPI_RANKS), else numbered (nsys processes by lowest GPU ordinal, then pid; directory files by name or order); 0 for a single process
     source_format VARCHAR,       -- 'nsys' (Nsight Systems SQLite export) or 'kineto' (PyTorch profiler JSON)
     producer VARCHAR,            -- tool that wrote the file: 'nsys', 'pytorch-profiler'
     producer_version VARCHAR,    -- nsys product version or Kineto schemaVersion; NULL when the file does not say
     schema_version VARCHAR,      -- nsys export schema version; NULL for Kineto
     file VARCHAR,                -- absolute path of the input file
     file_bytes BIGINT,           -- size of the input file in bytes
-    world_size INTEGER,          -- ranks in the job as the trace reports it; NULL when unknown
+    world_size INTEGER,          -- ranks in the job as the trace reports it (nsys without MPI_RANKS: the processes that ran GPU work, when more than one); NULL when unknown
     time_base VARCHAR,           -- what the *_ns columns count from: 'unix_epoch', 'session' (nsys capture session) or 'profiler' (a clock of unknown epoch)
     time_origin_ns BIGINT,       -- Unix epoch ns of time 0 of the time base; NULL when unknown
     start_ns BIGINT,             -- earliest start over kernels, memops, api_calls and ranges

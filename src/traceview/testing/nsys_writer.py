@@ -8,7 +8,7 @@ import re
 import sqlite3
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from traceview.model.db import short_kernel_name
@@ -215,6 +215,10 @@ virtualAddress|INTEGER||Virtual base address of the page/s being transferred.
 copyCount|INTEGER||The total number of memcopy operations traced in this record. In CUDA \
 MemcpyBatchAsync APIs, multiple memcpy operations may be batched together for optimization purposes \
 based on certain heuristics.
+"""),
+    "MPI_RANKS": ("Mapping of global thread IDs (gtid) to MPI ranks", """
+globalTid|INTEGER|NOT NULL|Serialized GlobalId.
+rank|INTEGER|NOT NULL|MPI rank
 """),
     "PROCESSES": ("Names and identifiers of processes captured in the report.", """
 globalPid|INTEGER||Serialized GlobalId.
@@ -663,14 +667,14 @@ _TABLE_ORDER = {
         "StringIds", "TARGET_INFO_SYSTEM_ENV", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS",
         "DIAGNOSTIC_EVENT", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
         "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_MEMCPY", "PROCESSES", "ThreadNames",
-        "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "TARGET_INFO_CUDA_CONTEXT_INFO", "<ENUMS>",
+        "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "TARGET_INFO_CUDA_CONTEXT_INFO", "MPI_RANKS", "<ENUMS>",
         "META_DATA_CAPTURE", "META_DATA_EXPORT",
     ],
     "2023.1": [
         "StringIds", "TARGET_INFO_SYSTEM_ENV", "TARGET_INFO_SESSION_START_TIME", "ANALYSIS_DETAILS",
         "PROCESSES", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_KERNEL",
         "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET", "ThreadNames", "TARGET_INFO_GPU",
-        "TARGET_INFO_CUDA_NULL_STREAM", "TARGET_INFO_CUDA_STREAM", "<ENUMS>", "EXPORT_META_DATA",
+        "TARGET_INFO_CUDA_NULL_STREAM", "TARGET_INFO_CUDA_STREAM", "MPI_RANKS", "<ENUMS>", "EXPORT_META_DATA",
     ],
     "legacy": [
         "StringIds", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMSET",
@@ -730,13 +734,15 @@ def write_nsys(
     path: str | Path,
     version: str = "2026.3",
     diagnostics: Iterable[tuple[int, str, str]] = (),
+    mpi_ranks: Mapping[int, int] | None = None,
 ) -> Path:
     """Write ``spec`` as an ``nsys export --type sqlite`` database of ``version``.
 
     ``diagnostics`` are ``(timestamp_ns, severity, text)`` rows for DIAGNOSTIC_EVENT
     (severity: Unknown/Info/Warning/Error/Verbose); that table only exists in
     2024+ exports, so other versions reject them.  Tables are created only when
-    they have rows, like nsys does.
+    they have rows, like nsys does. ``mpi_ranks`` (pid -> MPI rank) writes the MPI_RANKS table
+    that ``nsys profile --trace mpi`` records, one row for each process's main thread.
     """
     if version not in NSYS_VERSIONS:
         raise ValueError(f"unknown nsys version {version!r}; choose one of {NSYS_VERSIONS}")
@@ -746,6 +752,8 @@ def write_nsys(
     plan = _plan(spec)
     path = Path(path)
     tables = _nsys_rows(plan, version, diagnostics, path)
+    if mpi_ranks:  # only versions whose table order lists MPI_RANKS write it
+        tables["MPI_RANKS"] = [{"globalTid": global_tid(pid, pid), "rank": rank} for pid, rank in mpi_ranks.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
         path.unlink()

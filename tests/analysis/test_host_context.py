@@ -1,0 +1,239 @@
+"""Host context under gaps and blocking calls, one price per blocking call, idle by kind and launch queue depth.
+
+Generated traces set every time by hand (the docstrings give the arithmetic); real traces are checked against
+sweeps written here in plain Python over the trace's own rows.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import replace
+
+import pytest
+
+import traceview
+from conftest import SHARED_TRACES, VLLM_H100, requires_shared
+from traceview.rules import RuleConfig, check, load_rules
+from fixtures_sync import ITEM_SILU as SILU, item_sync
+from traceview.testing import H100_SXM, ApiCall, Kernel, Range, TraceSpec, write_kineto, write_nsys
+
+US = 1_000
+MS = 1_000_000
+PID = 4242
+GEMM = "nvjet_tst_128x64_64x8_1x1_v_bz_coopB_TNN"
+NCCL_TRACE = SHARED_TRACES / "torch" / "hta__nccl_data_a100_ws2.json.gz"
+RULES = {rule.id: rule for rule in load_rules()}
+
+
+def _kernel(name: str, start_us: int, dur_us: int, launch_us: int, **kwargs) -> Kernel:
+    return Kernel(name, start_us * US, dur_us * US, pid=PID, tid=PID, launch_start_ns=launch_us * US,
+                  launch_dur_ns=5 * US, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def item_trace(tmp_path_factory) -> traceview.Trace:
+    return traceview.load(write_kineto(item_sync(), tmp_path_factory.mktemp("item") / "t.json.gz")).analyze()
+
+
+def test_the_gap_after_item_names_the_sync_and_the_op(item_trace) -> None:
+    rows = item_trace.sql("""
+        SELECT start_ns, dur_ns, idle_kind, next_op, host_call, host_call_overlap_ns, cpu_op, cpu_op_overlap_ns,
+               issuing_op FROM idle_gap_context WHERE dur_ns > 100000 AND idle_kind = 'sync_drain' ORDER BY start_ns
+    """).rows()
+    assert len(rows) == 4
+    for _start, dur, kind, next_op, call, call_overlap, op, op_overlap, issuing in rows:
+        assert (dur, kind, next_op) == (278 * US, "sync_drain", SILU)
+        assert (call, call_overlap) == ("cudaStreamSynchronize", 15 * US)
+        assert (op, op_overlap, issuing) == ("aten::item", 168 * US, "aten::item")
+
+
+def test_a_generic_copy_is_reported_by_the_op_that_called_it(item_trace) -> None:
+    bubbles = item_trace.sql("SELECT dur_ns, host_call, cpu_op, issuing_op FROM idle_gap_context "
+                             "WHERE idle_kind = 'bubble'").rows()
+    assert bubbles == [(10 * US, "cudaMemcpyAsync", "aten::copy_", "aten::item")] * 4
+
+
+def test_each_blocking_call_is_priced_once(item_trace) -> None:
+    rows = item_trace.sql("SELECT name, reason, dur_ns, exposed_idle_ns, saving_ns, saving_in_gpu_span_ns, "
+                          "cpu_op, issuing_op FROM blocking_calls ORDER BY start_ns").rows()
+    assert rows == [("cudaMemcpyAsync", "pageable_dtoh", 720 * US, 278 * US, 278 * US, 278 * US, "aten::copy_",
+                     "aten::item"),
+                    ("cudaStreamSynchronize", "synchronize", 15 * US, 0, 0, 0, "aten::copy_", "aten::item")] * 4
+
+
+def test_tv204_names_aten_item_and_claims_sync_drain_idle(item_trace) -> None:
+    result = check(item_trace.con, [RULES["TV204"], RULES["TV201"], RULES["TV206"]],
+                   RuleConfig(select=("TV204", "TV201", "TV206")))
+    tv204 = [f for f in result.findings if f.rule == "TV204"]
+    assert len(tv204) == 1
+    assert "issued by aten::item (8 calls, 1.11 ms)" in tv204[0].message
+    assert tv204[0].evidence["exposed_idle_ns"] == 4 * 278 * US
+    assert {(c.step_id, c.bucket, c.ns) for c in tv204[0].claims} == {(i, "idle_sync_drain", 278 * US)
+                                                                      for i in range(4)}
+    # the sync drains are TV204's: TV201 claims none of them (here no gap is longer than 1 ms)
+    assert not [f for f in result.findings if f.rule == "TV201"]
+    # cudaMemcpyAsync is not a synchronous memcpy API: TV206 has nothing to price
+    assert not [f for f in result.findings if f.rule == "TV206"]
+
+
+def _library_load_spec() -> TraceSpec:
+    """nsys: kernel A [0, 1] ms; inside NVTX 'load_weights' [0.5, 70] ms the launching thread loads a module
+    (cuLibraryLoadData, driver API, [1, 63] ms) and launches kernel B at 65 ms; B runs [65.01, 66] ms.
+    Gap [1, 65.01] ms, host_wait: host call cuLibraryLoadData, 62 ms of it in the gap; range load_weights."""
+    kernels = (_kernel(GEMM, 0, 1_000, -20), _kernel(GEMM, 65_010, 990, 65_000))
+    calls = (ApiCall("cuLibraryLoadData", 1 * MS, 62 * MS, pid=PID, tid=PID, api="driver"),)
+    ranges = (Range("load_weights", 500 * US, 70 * MS, pid=PID, tid=PID, kind="nvtx"),)
+    return TraceSpec(gpus=(H100_SXM,), kernels=kernels, api_calls=calls, ranges=ranges,
+                     process_names={PID: "python"}, thread_names={(PID, PID): "python"})
+
+
+def test_a_driver_call_and_an_nvtx_range_under_a_gap(tmp_path) -> None:
+    trace = traceview.load(write_nsys(_library_load_spec(), tmp_path / "t.sqlite")).analyze()
+    gap = trace.sql("SELECT dur_ns, idle_kind, host_call, host_call_dur_ns, host_call_overlap_ns, cpu_op, "
+                    "user_range FROM idle_gap_context").rows()
+    assert gap == [(64_010 * US, "host_wait", "cuLibraryLoadData", 62 * MS, 62 * MS, None, "load_weights")]
+    finding, = check(trace.con, [RULES["TV201"]], RuleConfig(select=("TV201",))).findings
+    assert "64.01 ms before nvjet_tst_128x64_64x8_1x1_v_bz_coopB_TNN under cuLibraryLoadData (62.00 ms) " \
+           "[load_weights] (host wait)" in finding.message
+    assert "By kind: host launched late 64.01 ms (1 gap)." in finding.message
+    assert "0.00 ms" not in finding.message
+
+
+@requires_shared
+def test_ddp_gaps_on_the_hta_nccl_trace_name_the_ddp_ops() -> None:
+    """The three 15.5-15.7 ms gaps per step: the launching thread sits in aten::unflatten_dense_tensors (DDP
+    unflattening the broadcast buffers) inside the DistributedDataParallel.forward annotation. Checked with a
+    sweep here: the cpu_op of the launching thread overlapping each gap the most."""
+    trace = traceview.load(NCCL_TRACE).analyze()
+    gaps = trace.sql("SELECT g.start_ns, g.end_ns, g.pid, g.call_tid FROM gpu_idle_gaps g "
+                     "ORDER BY g.dur_ns DESC LIMIT 3").rows()
+    ops = trace.sql("SELECT pid, tid, kind, name, start_ns, end_ns FROM ranges "
+                    "WHERE kind IN ('cpu_op', 'user_annotation')").rows()
+    context = {(r[0], r[1]): r[2:] for r in trace.sql(
+        "SELECT start_ns, end_ns, cpu_op, cpu_op_overlap_ns, user_range FROM idle_gap_context").rows()}
+    for start, end, pid, tid in gaps:
+        def best(kind: str) -> tuple[str, int]:
+            scored = [(min(e, end) - max(s, start), s, -e, name) for p, t, k, name, s, e in ops
+                      if (p, t, k) == (pid, tid, kind) and s < end and e > start]
+            overlap, _, _, name = max(scored)
+            return name, overlap
+        op, overlap = best("cpu_op")
+        assert op == "aten::unflatten_dense_tensors" and overlap > 0.95 * (end - start)
+        assert context[(start, end)] == (op, overlap, best("user_annotation")[0])
+        assert best("user_annotation")[0] == "DistributedDataParallel.forward"
+    (tv201,) = [f for f in check(trace.con, load_rules(), RuleConfig()).findings if f.rule == "TV201"]
+    assert "15.72 ms before Memcpy DtoD (Device -> Device) in aten::unflatten_dense_tensors " \
+           "[DistributedDataParallel.forward] (host wait)" in tv201.message
+
+
+def _sweep_blocking_savings(trace: traceview.Trace) -> dict[int, int]:
+    """TV204's price per blocking call, written again in Python: the drained window after each call, within
+    its step, each nanosecond counted for the first call that exposes it, capped by the call's duration."""
+    busy = sorted(trace.sql("SELECT start_ns, end_ns FROM kernels UNION ALL SELECT start_ns, end_ns FROM memops")
+                  .rows())
+    islands: list[list[int]] = []
+    for s, e in busy:
+        if islands and s <= islands[-1][1]:
+            islands[-1][1] = max(islands[-1][1], e)
+        else:
+            islands.append([s, e])
+    starts = [i[0] for i in islands]
+    pageable = {(p, c) for p, c in trace.sql("SELECT pid, correlation_id FROM memops WHERE copy_kind = 'DtoH' "
+                                             "AND dst_kind = 'Pageable'").rows()}
+    calls = [c for c in trace.sql("SELECT call_id, pid, correlation_id, is_sync, start_ns, end_ns FROM api_calls")
+             .rows() if c[3] or (c[1], c[2]) in pageable]
+    steps = sorted(trace.sql("SELECT cpu_start_ns, cpu_end_ns, end_ns FROM steps").rows())
+    windows = []
+    for call_id, _pid, _corr, _sync, start, end in calls:
+        owner = [s for s in steps if s[0] <= start < s[1]]
+        if not owner:
+            continue
+        step_end = owner[-1][2]
+        last = bisect.bisect_left(starts, end) - 1  # last island starting before the call returned
+        if last >= 0 and islands[last][1] >= end:
+            windows.append((start, call_id, end - start, 0, 0))
+            continue
+        idle_start = max(islands[last][1], start) if last >= 0 else start
+        nxt = last + 1
+        idle_end = min(islands[nxt][0], step_end) if nxt < len(islands) else step_end
+        windows.append((idle_start, call_id, end - start, idle_start, idle_end))
+    savings, counted_to = {}, None
+    for _key, call_id, dur, lo, hi in sorted(windows, key=lambda w: (w[3], w[4])):
+        if hi <= lo:
+            savings[call_id] = 0
+            continue
+        exposed = hi - max(lo, counted_to) if counted_to is not None and counted_to > lo else hi - lo
+        savings[call_id] = max(0, min(exposed, dur))
+        counted_to = hi if counted_to is None else max(counted_to, hi)
+    return savings
+
+
+@requires_shared
+def test_blocking_call_prices_match_a_python_sweep_on_vllm() -> None:
+    trace = traceview.load(VLLM_H100).analyze()
+    expected = _sweep_blocking_savings(trace)
+    priced = dict(trace.sql("SELECT call_id, saving_ns FROM blocking_calls WHERE step_id IS NOT NULL").rows())
+    assert priced == expected
+    finding, = check(trace.con, [RULES["TV204"]], RuleConfig(select=("TV204",))).findings
+    assert sum(c.ns for c in finding.claims) == sum(expected.values())
+    assert "issued by aten::to in <built-in method tolist of Tensor object> (20 calls" in finding.message
+
+
+@requires_shared
+def test_tv206_prices_its_calls_as_blocking_calls_does() -> None:
+    trace = traceview.load(SHARED_TRACES / "nsys" / "blbadger__threebody__report1.sqlite").analyze()
+    finding, = check(trace.con, [RULES["TV206"]], RuleConfig(select=("TV206",))).findings
+    by_api = trace.sql("""
+        SELECT name, copy_kind, sum(saving_ns), sum(dur_ns) FROM blocking_calls
+        WHERE reason = 'sync_memcpy' AND NOT (copy_kind = 'HtoD' AND bytes <= 65536) GROUP BY ALL
+    """).rows()
+    assert {(r["api"], r["direction"], r["saving_ns"], r["blocked_ns"]) for r in finding.evidence["rows"]} == \
+        set(by_api)
+    assert sum(c.ns for c in finding.claims) == sum(r[2] for r in by_api)
+
+
+def _queue_spec() -> TraceSpec:
+    """One ProfilerStep around everything, three streams (times in us):
+
+    stream 7, host far ahead: 10 launches at 0, 1, ..., 9; kernel i runs [20 + 100 i, 120 + 100 i]. Launch i finds
+      i pending: mean depth at launch 4.5, max 10, 1 of 10 found it empty. Over time: depth k+1 on [k, k+1) for
+      k < 9 (45), 10 on [9, 120) (1110), then 9..1 for 100 us each (4500): 5655 / 1020 = 5.5441.
+    stream 8, starved GPU: 10 launches at 2000 + 50 i; each kernel runs [+10, +15] after its launch: every launch
+      finds the stream empty; depth 1 for 15 us of every 50 (the last ends at 2465): 150 / 465.
+    stream 9: one cudaGraphLaunch at 3000 replaying 3 kernels [3010, 3020], [3020, 3030], [3030, 3040]: one
+      launch, depth 1 for 40 us."""
+    kernels = [_kernel(GEMM, 20 + 100 * i, 100, i, stream_id=7) for i in range(10)]
+    kernels += [_kernel(SILU, 2_010 + 50 * i, 5, 2_000 + 50 * i, stream_id=8) for i in range(10)]
+    kernels += [Kernel(SILU, (3_010 + 10 * i) * US, 10 * US, pid=PID, tid=PID, stream_id=9, correlation_id=9_000,
+                       launch_api="cudaGraphLaunch", graph=True, launch_start_ns=3_000 * US, launch_dur_ns=5 * US)
+                for i in range(3)]
+    kernels = [replace(k, launch_dur_ns=1 * US) if k.stream_id == 7 else k for k in kernels]
+    ranges = (Range("ProfilerStep#1", -100 * US, 4_000 * US, pid=PID, tid=PID, kind="user_annotation"),)
+    return TraceSpec(gpus=(H100_SXM,), kernels=tuple(kernels), ranges=ranges, process_names={PID: "python"},
+                     thread_names={(PID, PID): "python"})
+
+
+def test_launch_queue_depth_host_ahead_starved_and_graph(tmp_path) -> None:
+    trace = traceview.load(write_kineto(_queue_spec(), tmp_path / "t.json.gz")).analyze()
+    rows = trace.sql("SELECT stream_id, launches, graph_launches, depth_at_launch_mean, depth_mean, depth_max, "
+                     "empty_launches, empty_launch_pct, unordered_launches FROM launch_queue_depth "
+                     "ORDER BY stream_id").rows()
+    assert [r[0] for r in rows] == [7, 8, 9]
+    ahead, starved, graph = rows
+    assert ahead[1:3] == (10, 0) and ahead[3] == pytest.approx(4.5) and ahead[4] == pytest.approx(5655 / 1020)
+    assert ahead[5:] == (10, 1, pytest.approx(10.0), 0)
+    assert starved[1:4] == (10, 0, 0.0) and starved[4] == pytest.approx(150 / 465)
+    assert starved[5:] == (1, 10, 100.0, 0)
+    assert graph[1:] == (1, 1, 0.0, 1.0, 1, 1, 100.0, 0)
+
+
+def test_idle_by_kind_sums_the_gaps(item_trace) -> None:
+    """Per step of the item trace: one sync drain of 278 us and one bubble of 10 us; the 20 us between steps
+    (the next GEMM launched at T+10 after the GPU ran dry at T, the end of the step before) are host waits."""
+    rows = item_trace.sql("SELECT step_id, idle_kind, gaps, idle_ns FROM idle_by_kind ORDER BY step_id, idle_kind")
+    by_step = {}
+    for step, kind, gaps, ns in rows.rows():
+        by_step.setdefault(step, {})[kind] = (gaps, ns)
+    assert by_step[0] == {"bubble": (1, 10 * US), "sync_drain": (1, 278 * US)}
+    for step in (1, 2, 3):
+        assert by_step[step] == {"bubble": (1, 10 * US), "host_wait": (1, 20 * US), "sync_drain": (1, 278 * US)}
