@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 import traceview
+from traceview import workflow
+from traceview.analysis.budget import BUCKETS
 from conftest import REPO, SHARED_TRACES, requires_shared
 
 pytestmark = requires_shared
@@ -174,3 +176,39 @@ def test_the_reports_phase_figures_stay_under_the_roof(trace) -> None:
             assert phase["achieved_tbps"] * 1e12 <= hbm * (1 + EPSILON), phase
         if phase["achieved_tflops"] is not None:
             assert phase["achieved_tflops"] * 1e12 <= peak * (1 + EPSILON), phase
+
+
+def test_the_step_budget_adds_up_to_every_step_and_the_trace_span(trace) -> None:
+    """The ledger's buckets partition each window exactly, and the windows (steps, less what a later
+    overlapping step owns, and the time outside every step) tile each rank's span."""
+    columns = " + ".join(f"{bucket}_ns" for bucket in BUCKETS)
+    assert violations(trace, f"""
+        SELECT rank, step_id, wall_ns, {columns} FROM step_budget
+        WHERE wall_ns <> {columns} OR {" OR ".join(f"{b}_ns < 0" for b in BUCKETS)}
+        """) == []
+    assert violations(trace, """
+        SELECT b.rank, b.step_id, b.wall_ns, s.end_ns - s.start_ns FROM step_budget b
+        JOIN steps s USING (rank, step_id) WHERE b.wall_ns > s.end_ns - s.start_ns
+        """) == []
+    assert violations(trace, """
+        SELECT t.rank, t.end_ns - t.start_ns, sum(b.wall_ns) FROM trace_info t JOIN step_budget b USING (rank)
+        GROUP BY ALL HAVING sum(b.wall_ns) <> t.end_ns - t.start_ns
+        """) == []
+
+
+def test_savings_never_exceed_the_time_they_come_from(trace) -> None:
+    """Every priced finding says where its saving lies, and no step is promised more than it lasted."""
+    result = workflow.check(trace, workflow.CheckOptions.configured(baseline=False))
+    walls = dict(((rank, step), wall) for rank, step, wall in trace.sql(
+        "SELECT rank, step_id, wall_ns FROM step_budget").rows())
+    claimed: dict[tuple, int] = {}
+    for finding in result.findings:
+        if not finding.estimated_saving_ns:
+            continue
+        step_savings = finding.evidence.get("step_savings")
+        assert step_savings, f"{finding.rule} prices {finding.estimated_saving_ns} ns with no step_savings"
+        assert sum(c["ns"] for c in step_savings) == finding.estimated_saving_ns, finding.rule
+        for claim in step_savings:
+            window = (claim["rank"], claim["step_id"])
+            claimed[window] = claimed.get(window, 0) + claim["ns"]
+    assert {window: ns for window, ns in claimed.items() if ns > walls.get(window, 0)} == {}

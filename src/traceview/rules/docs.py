@@ -13,7 +13,7 @@ def explain_text(rule: Rule, config: RuleConfig) -> str:
              f"tags: {', '.join(rule.tags) or '-'}    since: {rule.since}",
              f"requires: {', '.join(rule.requires)}", ""]
     for heading, key in (("What it flags", "what"), ("Why it matters", "why"), ("How to fix", "fix"),
-                         ("Example", "example")):
+                         ("How the saving is counted", "saving"), ("Example", "example")):
         if rule.doc.get(key):
             lines += [f"{heading}:", *("  " + line for line in rule.doc[key].splitlines()), ""]
     if rule.params:
@@ -25,12 +25,40 @@ def explain_text(rule: Rule, config: RuleConfig) -> str:
     return "\n".join(lines)
 
 
+SAVINGS_ACCOUNTING = """## Savings that add up
+
+Findings are ranked by the time fixing them could save, so two findings must never count the same nanoseconds,
+and the savings attributed to a step must never exceed how long it lasted. Savings therefore come from one
+ledger, the `step_budget` relation (docs/analysis.md):
+
+- Every step's wall time, and each rank's time outside every step, is cut into disjoint buckets that add up to it
+  exactly, on the rank's merged timeline (all devices and streams): `compute` (a non-communication kernel runs),
+  `communication` (only communication kernels run), `copy` (only memcpys/memsets run), GPU idle inside the GPU
+  span by kind (`idle_host_wait`: the host issued the next work only after the GPU ran dry; `idle_sync_drain`:
+  the launching thread sat in a synchronizing call; `idle_bubble`: the next work was already queued; `idle_unknown`:
+  no launch call in the trace) and `outside_gpu` (before the first and after the last GPU work).
+- A rule returns `step_savings`: per step and bucket, the nanoseconds its fix could win there. The engine walks the
+  findings from the largest claim down (residual rules, which price what the others left, last: TV202) and grants
+  each claim at most what is left of that bucket in that step. A finding's saving is what it was granted; when that
+  is less than it claimed, its evidence carries `claimed_ns` and a `saving_note`. So the savings of all findings
+  in one step add up to at most its wall time, and a gap is priced once, by the finding that names its cause.
+- Only steady time is priced: on a rank that has steady steps (`step_states`), claims on warm-up and
+  initialisation steps and on time outside every step are granted nothing. A rank with no steady step is priced
+  as it is, and TV104 says so.
+- Comparisons are made between steps of the same phase only (TV207), and communication that no overlap can hide
+  (tensor-parallel all-reduce on the critical path of inference) is priced by what a faster link could win, not as
+  if it could be hidden (TV401).
+
+Each rule's "How the saving is counted" says which bucket it claims.""".splitlines()
+
+
 def render_markdown() -> str:
     """docs/rules.md: every built-in rule's explain text; a test keeps it current."""
     config = RuleConfig()
     parts = ["# traceview rules", "",
              "Generated from rules/*.toml by `traceview.rules.docs.render_markdown()`; `traceview rules explain ID`",
              "prints the same text. The rule file format is described in [rule-format.md](rule-format.md).", "",
+             *SAVINGS_ACCOUNTING, "",
              "| id | name | severity | title |", "|---|---|---|---|"]
     rules = load_rules()
     parts += [f"| [{r.id}](#{r.id.lower()}) | {r.name} | {r.severity} | {r.title} |" for r in rules]

@@ -2,7 +2,8 @@
 parameters, turn rows into findings ranked by the time fixing them could save.
 
 A rule whose tables or columns are absent or empty is *skipped with the reason*, never reported as
-"no problem found".
+"no problem found". Savings are granted from one ledger (the `step_budget` relation): a finding
+claims nanoseconds per step and bucket, and no two findings are granted the same time.
 """
 
 from __future__ import annotations
@@ -10,17 +11,28 @@ from __future__ import annotations
 import hashlib
 import re
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import duckdb
 
+from traceview.analysis.budget import BUCKETS
 from traceview.model import db
 from traceview.model.db import plain
 from traceview.rules.config import RuleConfig
 from traceview.rules.loader import SEVERITIES, Rule
 
-RESERVED_COLUMNS = ("estimated_saving_ns", "key", "evidence")
+RESERVED_COLUMNS = ("estimated_saving_ns", "key", "evidence", "step_savings")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Nanoseconds a finding says it could win in one step (step_id None: outside every step) and bucket."""
+
+    rank: int
+    step_id: int | None
+    bucket: str
+    ns: int
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,8 @@ class Finding:
     key: str
     fingerprint: str
     fix: str = ""
+    claims: tuple[Claim, ...] = field(default=(), hash=False)
+    residual: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -87,10 +101,7 @@ _FORMATTER = _LenientFormatter()
 def missing_requirement(con: duckdb.DuckDBPyConnection, requirement: str) -> str | None:
     """Why a requirement is not met in this trace, or None when it is."""
     table, _, column = requirement.partition(".")
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
-    ).fetchall()[0][0]
-    if not exists:
+    if not db.has_table(con, table):
         return f"table {table} is not in the database"
     if column:
         if not db.has_column(con, table, column):
@@ -125,13 +136,79 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, params: dict[str, Any],
         if row.get("evidence") is not None:
             evidence["rows"] = row["evidence"]
         key = str(row.get("key") or message)
+        claims = _claims(row.get("step_savings"))
         findings.append(Finding(
             rule=rule.id, name=rule.name, severity=severity, title=rule.title, message=message,
             estimated_saving_ns=saving, share_pct=round(100.0 * saving / span, 3) if span else None,
             evidence=evidence, key=key, fingerprint=hashlib.sha1(f"{rule.id}\0{key}".encode()).hexdigest()[:16],
-            fix=rule.doc["fix"],
+            fix=rule.doc["fix"], claims=claims, residual=rule.residual,
         ))
     return findings
+
+
+def _claims(step_savings: list[dict[str, Any]] | None) -> tuple[Claim, ...]:
+    claims = tuple(Claim(int(c["rank"]), None if c["step_id"] is None else int(c["step_id"]), str(c["bucket"]),
+                         int(c["ns"])) for c in step_savings or () if c["ns"])
+    unknown = sorted({c.bucket for c in claims} - set(BUCKETS))
+    if unknown:
+        raise ValueError(f"step_savings names unknown budget buckets {unknown}")
+    if any(c.ns < 0 for c in claims):
+        raise ValueError("step_savings claims negative time")
+    return claims
+
+
+class Ledger:
+    """What is left to grant of each priced window's buckets (`step_budget`).
+
+    A claim is granted at most what remains of its bucket in its step, after earlier findings took
+    theirs: so two findings never count the same nanoseconds, and a step is never promised more than it
+    lasted. A window that is not priced (warm-up or initialisation on a rank that has steady steps)
+    grants nothing.
+    """
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.left = {(rank, step_id, bucket): int(ns) for rank, step_id, bucket, ns in con.execute(
+            "SELECT rank, step_id, bucket, ns FROM step_budget_buckets WHERE priced").fetchall()}
+
+    def grant(self, claim: Claim) -> int:
+        key = (claim.rank, claim.step_id, claim.bucket)
+        granted = min(claim.ns, self.left.get(key, 0))
+        if granted:
+            self.left[key] -= granted
+        return granted
+
+
+def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
+                  spans: dict[int, int]) -> list[Finding]:
+    """Each finding's saving becomes what the ledger grants its claims: largest claims first, then the
+    residual rules' (TV202 prices the step time no cause-specific finding explained).
+
+    Findings that claim nothing keep their saving (they price no step time, or predate the ledger);
+    a finding granted less than it claimed says why in its evidence.
+    """
+    if not any(f.claims for f in findings) or not db.has_table(con, "step_budget"):
+        return findings
+    ledger = Ledger(con)
+    granted_findings = []
+    for finding in sorted(findings, key=lambda f: (f.residual, -f.estimated_saving_ns)):
+        if not finding.claims:
+            granted_findings.append(finding)
+            continue
+        grants = [(claim, ledger.grant(claim)) for claim in finding.claims]
+        saving = sum(ns for _, ns in grants)
+        evidence = {**finding.evidence, "step_savings": [
+            {"rank": c.rank, "step_id": c.step_id, "bucket": c.bucket, "ns": ns} for c, ns in grants if ns]}
+        claimed = sum(c.ns for c in finding.claims)
+        if saving < claimed:
+            evidence["claimed_ns"] = claimed
+            evidence["saving_note"] = (f"{saving / 1e6:.2f} of the {claimed / 1e6:.2f} ms claimed counted: the rest "
+                                       "lies in warm-up or initialisation steps, or another finding already "
+                                       "counted that time in that step")
+        rank = finding.evidence.get("rank")
+        span = spans.get(rank) if rank is not None else max(spans.values(), default=None)
+        granted_findings.append(replace(finding, estimated_saving_ns=saving, evidence=evidence,
+                                        share_pct=round(100.0 * saving / span, 3) if span else None))
+    return granted_findings
 
 
 def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
@@ -154,6 +231,7 @@ def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
             skipped.append(Skipped(rule.id, rule.title, f"rule failed: {str(exc).splitlines()[0]}"))
             continue
         run.append(rule.id)
+    findings = grant_savings(con, findings, spans)
     kept = [f for f in findings if f.fingerprint not in known]
     kept.sort(key=lambda f: (-f.estimated_saving_ns, -SEVERITIES.index(f.severity), f.rule, f.key))
     return CheckResult(tuple(kept), tuple(skipped), tuple(run), len(findings) - len(kept))

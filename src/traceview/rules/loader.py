@@ -23,7 +23,7 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 REQUIRE_PATTERN = re.compile(r"^[a-z_]+(?:\.[a-z_]+)?$")
 DOC_FIELDS = ("what", "why", "fix")
 TOP_LEVEL = {"id", "name", "title", "severity", "since", "tags", "requires", "params", "doc", "query",
-             "message"}
+             "message", "residual"}
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,8 @@ class Rule:
     query: str
     message: str
     path: Path
+    residual: bool = False  # its claims are granted after every other rule's: it prices what they left
+
 
     @property
     def family(self) -> str:
@@ -125,7 +127,7 @@ def load_rule(path: Path) -> Rule:
             _get(spec, "help", str, path, where),
         ))
     doc = _get(data, "doc", dict, path)
-    if extra := set(doc) - {*DOC_FIELDS, "example"}:
+    if extra := set(doc) - {*DOC_FIELDS, "saving", "example"}:
         raise _fail(path, f"doc.{sorted(extra)[0]}", "unknown field")
     for key in DOC_FIELDS:
         if not str(_get(doc, key, str, path, "doc")).strip():
@@ -144,6 +146,7 @@ def load_rule(path: Path) -> Rule:
         tags=_strings(_get(data, "tags", list, path, optional=True) or [], path, "tags"),
         requires=requires, params=tuple(params), doc={k: str(v).strip() for k, v in doc.items()},
         query=query, message=message, path=path,
+        residual=bool(_get(data, "residual", bool, path, optional=True)),
     )
 
 
