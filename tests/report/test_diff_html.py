@@ -108,7 +108,9 @@ def test_fuser_h200_to_h100_shows_the_gpu_change_and_kernel_churn(fuser: tuple[d
     gone = next(r for r in rows if "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT" in r)
     assert '<span class="badge new">new</span>' in new and "+90.2 µs" in new and "0 → 1" in new
     assert '<span class="badge gone">gone</span>' in gone and "-87.6 µs" in gone and "-100.0%" in gone
-    assert "No regression beyond the thresholds" in page and 'class="verdict changed"' in page
+    # nvFuser's test binary has no step markers and its bursts do not repeat: each run is one window, 504 ms
+    # (H200) against 532 ms (H100), a 5.6% change with one step a side, so nothing measures the noise
+    assert 'class="verdict regression"' in page and "too few steps to measure the noise" in page
     assert "393 µs" in page and "405 µs" in page and "+3.1%" in page  # GPU busy base → head
     assert "99.9%" in page  # GPU idle
     charts = specs(page)
@@ -116,7 +118,7 @@ def test_fuser_h200_to_h100_shows_the_gpu_change_and_kernel_churn(fuser: tuple[d
     steps = chart_rows(charts["steps"])
     assert {(r["phase"], r["run"]) for r in steps} == {("unknown", "base"), ("unknown", "head")}
     head = next(r for r in steps if r["run"] == "head")
-    assert head["median"] == pytest.approx(diff["phases"][0]["head"]["median_ns"] / 1e3)  # µs axis
+    assert head["median"] == pytest.approx(diff["phases"][0]["head"]["median_ns"] / 1e6)  # ms axis (a 532 ms step)
     deltas = {r["category"]: r["delta"] for r in chart_rows(charts["categories"]) if "category" in r}
     assert deltas["elementwise"] == pytest.approx(4.705) and deltas["sampling"] == pytest.approx(-0.224)
 

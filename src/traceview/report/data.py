@@ -11,6 +11,7 @@ from typing import Any
 
 import duckdb
 
+from traceview.analysis.budget import BUCKETS
 from traceview.analysis.intervals import busy_time_sql
 from traceview.model import db
 from traceview.model.db import dict_rows
@@ -25,6 +26,7 @@ PHASE_ORDER = ("prefill", "decode", "mixed", "train", "unknown", "empty", "other
 # one colour per phase for the charts and the HTML tables ('none': work with no phase)
 PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "train": "#e45756", "unknown": "#9d9d9d",
                 "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
+DIAGNOSIS_ROWS = 10  # rows per diagnosis table (largest first)
 COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
 NO_ROOF_WORDS = {
     "no_gpu_spec": "no GPU spec matched; pass --gpu",
@@ -292,6 +294,62 @@ def _roofline(con) -> dict[str, Any]:
     return {"kernels": kernels, "categories": categories, "phases": phases}
 
 
+def _diagnosis(con) -> dict[str, Any]:
+    """What the rules' causes rest on: steady state, where step time went, engines, idle by kind with the host
+    work under the gaps, launch queue depth, blocking calls and ranks side by side (docs/report-json.md)."""
+    budget_sums = ", ".join(f"sum({bucket}_ns)::BIGINT AS {bucket}_ns" for bucket in BUCKETS)
+    context = "cpu_op, issuing_op, python_frame, user_range"
+    ranks = dict_rows(con, "SELECT * FROM rank_summary ORDER BY rank")
+    return {
+        "steady_state": dict_rows(con, """
+            SELECT rank, verdict, steps, steady_steps, warmup_steps, init_steps, dominant_phase, first_steady_step,
+                   last_steady_step, non_steady_ns, init_ns, init_summary, more_steps_needed
+            FROM steady_state ORDER BY rank"""),
+        "unsteady_steps": dict_rows(con, f"""
+            SELECT rank, step_id, phase, state, reason, wall_ns FROM step_states WHERE state <> 'steady'
+            ORDER BY rank, step_id LIMIT {DIAGNOSIS_ROWS}"""),
+        "time_budget": dict_rows(con, f"""
+            SELECT coalesce(phase, 'outside steps') AS phase, count(*) FILTER (WHERE step_id IS NOT NULL) AS steps,
+                   sum(wall_ns)::BIGINT AS wall_ns, {budget_sums}
+            FROM step_budget WHERE priced GROUP BY ALL ORDER BY wall_ns DESC, phase"""),
+        "engines": dict_rows(con, """
+            SELECT rank, device_id, span_ns, kernel_ns, copy_ns, memset_ns, idle_ns, copy_only_ns, copy_only_pct,
+                   compute_stream_copy_ns, side_stream_copy_ns, host_link, host_link_bytes_per_s
+            FROM device_engines ORDER BY rank, device_id"""),
+        "copy_directions": dict_rows(con, """
+            SELECT rank, device_id, direction, copies, bytes, busy_ns, copy_only_ns, pinned_copies, pageable_copies,
+                   compute_stream_copies, link, link_bytes_per_s, achieved_bytes_per_s, pct_of_link
+            FROM copy_directions ORDER BY busy_ns DESC, rank, device_id, direction"""),
+        "idle_by_kind": dict_rows(con, """
+            SELECT rank, device_id, idle_kind, sum(gaps)::BIGINT AS gaps, sum(idle_ns)::BIGINT AS idle_ns,
+                   max(largest_gap_ns) AS largest_gap_ns
+            FROM idle_by_kind GROUP BY ALL ORDER BY rank, device_id, idle_ns DESC, idle_kind"""),
+        "queue_depth": dict_rows(con, f"""
+            SELECT rank, device_id, stream_id, sum(launches)::BIGINT AS launches,
+                   sum(depth_at_launch_mean * launches) / nullif(sum(launches), 0) AS depth_at_launch_mean,
+                   max(depth_max) AS depth_max,
+                   100.0 * sum(empty_launches) / nullif(sum(launches), 0) AS empty_launch_pct
+            FROM launch_queue_depth GROUP BY ALL ORDER BY launches DESC, rank, device_id, stream_id
+            LIMIT {DIAGNOSIS_ROWS}"""),
+        "gap_causes": dict_rows(con, f"""
+            SELECT rank, device_id, step_id, start_ns, dur_ns, idle_kind, next_op, host_call, host_call_dur_ns,
+                   {context}
+            FROM idle_gap_context ORDER BY dur_ns DESC, rank, start_ns LIMIT {DIAGNOSIS_ROWS}"""),
+        "blocking_calls": dict_rows(con, f"""
+            SELECT rank, step_id, name, reason, start_ns, dur_ns, exposed_idle_ns, saving_ns, {context}
+            FROM blocking_calls ORDER BY saving_ns DESC, dur_ns DESC, rank, start_ns LIMIT {DIAGNOSIS_ROWS}"""),
+        "ranks": ranks if len(ranks) > 1 else [],
+        "collectives": dict_rows(con, f"""
+            SELECT family, name, occurrence, participants, min_dur_ns, max_dur_ns, wait_ns, last_rank, start_skew_ns
+            FROM collectives WHERE wait_ns > 0 ORDER BY wait_ns DESC, family, occurrence LIMIT {DIAGNOSIS_ROWS}"""),
+        "stragglers": dict_rows(con, f"""
+            SELECT phase, ordinal, any_value(slowest_rank) AS slowest_rank, any_value(skew_ns) AS skew_ns,
+                   any_value(wall_skew_ns) AS wall_skew_ns, any_value(ranks) AS ranks
+            FROM rank_steps WHERE skew_ns IS NOT NULL GROUP BY phase, ordinal
+            ORDER BY skew_ns DESC, phase, ordinal LIMIT {DIAGNOSIS_ROWS}"""),
+    }
+
+
 def _capture(con, result: CheckResult) -> dict[str, Any]:
     diagnostics = dict_rows(con, """
         SELECT rank, source, severity, code, message, count(*) AS occurrences FROM diagnostics
@@ -369,6 +427,7 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: s
         "roofline": _roofline(con),
         "findings": [f.to_dict() for f in result.findings],
         "capture": _capture(con, result),
+        "diagnosis": _diagnosis(con),
     }
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
     data["verdict"] = _verdict(data)

@@ -47,6 +47,43 @@ def _busy_lines(summary: dict[str, Any]) -> list[str]:
     return rows + [""]
 
 
+BUDGET_COLUMNS = (("compute", "compute_ns"), ("exposed comm", "communication_ns"), ("copies only", "copy_ns"),
+                  ("host wait", "idle_host_wait_ns"), ("sync drain", "idle_sync_drain_ns"),
+                  ("bubbles", "idle_bubble_ns"), ("idle unknown", "idle_unknown_ns"), ("outside GPU", "outside_gpu_ns"))
+
+
+def _diagnosis_lines(diagnosis: dict[str, Any]) -> list[str]:
+    """Steady state, where steady step time went, and the host work under the longest GPU gaps."""
+    lines = ["### Diagnosis", ""]
+    for r in diagnosis["steady_state"]:
+        if r["verdict"] == "steady":
+            state = f"steady from step {r['first_steady_step']} ({r['steady_steps']} of {r['steps']} steps)"
+        else:
+            state = (f"**no steady state** ({r['steady_steps']} steady of {r['steps']} steps): profile at least "
+                     f"{r['more_steps_needed']} more iterations")
+        unpriced = (f"; {r['init_steps'] + r['warmup_steps']} initialisation/warm-up steps "
+                    f"({duration(r['non_steady_ns'])}) not priced" if r["init_steps"] or r["warmup_steps"] else "")
+        lines.append(f"- Rank {r['rank']}: {state}{unpriced}")
+    budget = diagnosis["time_budget"]
+    if budget:
+        used = [(label, key) for label, key in BUDGET_COLUMNS if any(b[key] for b in budget)]
+        lines += ["", "| where steady time went | wall | " + " | ".join(label for label, _ in used) + " |",
+                  "|---|---:|" + "---:|" * len(used)]
+        lines += [f"| {cell(b['phase'])} ({number(b['steps'])} steps) | {duration(b['wall_ns'])} | "
+                  + " | ".join(f"{duration(b[key])} ({percent(100.0 * b[key] / b['wall_ns'] if b['wall_ns'] else None)})"
+                               for _, key in used) + " |" for b in budget]
+    gaps = diagnosis["gap_causes"][:3]
+    if gaps:
+        lines += ["", "Longest GPU idle gaps and the host work under them:"]
+        for g in gaps:
+            where = ", ".join(cell(v, 100) for v in (g["host_call"], g["issuing_op"], g["python_frame"], g["user_range"])
+                              if v)
+            lines.append(f"- {duration(g['dur_ns'])} ({g['idle_kind']}) on rank {g['rank']} GPU {g['device_id']}"
+                         + (f": {where}" if where else ""))
+    lines.append("")
+    return lines
+
+
 def render(data: dict[str, Any]) -> str:
     trace, gpu, summary = data["trace"], data["gpu"], data["summary"]
     files = ", ".join(cell(f.rsplit("/", 1)[-1], 120) for f in trace["files"][:4])
@@ -87,6 +124,8 @@ def render(data: dict[str, Any]) -> str:
     else:
         lines.append("No findings.")
     lines.append("")
+    if summary["kernels"] or summary["memops"]:
+        lines += _diagnosis_lines(data["diagnosis"])
     if data["top_kernels"]:
         lines += ["### Top kernels", "", "| kernel | category | count | time | share |", "|---|---|---:|---:|---:|"]
         for k in data["top_kernels"][:TOP_KERNELS]:
