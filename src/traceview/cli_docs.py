@@ -11,7 +11,8 @@ def reference_markdown() -> str:
     """docs/cli.md: every command's --help, so the reference cannot drift from the code."""
     parts = ["# traceview command line", "",
              "Generated from `--help` by `traceview.cli_docs.reference_markdown()`; a test keeps it current.", ""]
-    root = click.Context(cli, info_name="traceview", terminal_width=100, max_content_width=100)
+    # the group's context settings (`-h` beside `--help`), as the real command line applies them
+    root = click.Context(cli, info_name="traceview", terminal_width=100, max_content_width=100, **cli.context_settings)
     commands = [("traceview", cli)] + sorted(cli.commands.items())
     commands += [(f"rules {name}", command) for name, command in sorted(rules.commands.items())]
     for name, command in commands:
