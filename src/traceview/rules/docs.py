@@ -38,8 +38,9 @@ ledger, the `step_budget` relation (docs/analysis.md):
   the launching thread sat in a synchronizing call; `idle_bubble`: the next work was already queued; `idle_unknown`:
   no launch call in the trace) and `outside_gpu` (before the first and after the last GPU work).
 - A rule returns `step_savings`: per step and bucket, the nanoseconds its fix could win there. The engine walks the
-  findings from the largest claim down (residual rules, which price what the others left, last: TV202) and grants
-  each claim at most what is left of that bucket in that step. A finding's saving is what it was granted; when that
+  findings from the largest claim down, then their deferred claims (a rule yielding time to a more specific one:
+  TV201's sync-drain gaps come after TV204's per-call price), then the residual rules, which price what the others
+  left (TV202); each claim is granted at most what is left of that bucket in that step. A finding's saving is what it was granted; when that
   is less than it claimed, its evidence carries `claimed_ns` and a `saving_note`. So the savings of all findings
   in one step add up to at most its wall time, and a gap is priced once, by the finding that names its cause.
 - Only steady time is priced: on a rank that has steady steps (`step_states`), claims on warm-up and

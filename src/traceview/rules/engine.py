@@ -33,6 +33,7 @@ class Claim:
     step_id: int | None
     bucket: str
     ns: int
+    deferred: bool = False  # granted after every finding's plain claims (TV201's sync drains: TV204's first)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,7 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, params: dict[str, Any],
 
 def _claims(step_savings: list[dict[str, Any]] | None) -> tuple[Claim, ...]:
     claims = tuple(Claim(int(c["rank"]), None if c["step_id"] is None else int(c["step_id"]), str(c["bucket"]),
-                         int(c["ns"])) for c in step_savings or () if c["ns"])
+                         int(c["ns"]), bool(c.get("deferred"))) for c in step_savings or () if c["ns"])
     unknown = sorted({c.bucket for c in claims} - set(BUCKETS))
     if unknown:
         raise ValueError(f"step_savings names unknown budget buckets {unknown}")
@@ -180,7 +181,8 @@ class Ledger:
 
 def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
                   spans: dict[int, int]) -> list[Finding]:
-    """Each finding's saving becomes what the ledger grants its claims: largest claims first, then the
+    """Each finding's saving becomes what the ledger grants its claims: largest claims first, then deferred
+    claims (a rule yielding a bucket to a more specific one: TV201's sync drains after TV204's calls), then the
     residual rules' (TV202 prices the step time no cause-specific finding explained).
 
     Findings that claim nothing keep their saving (they price no step time, or predate the ledger);
@@ -189,12 +191,20 @@ def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     if not any(f.claims for f in findings) or not db.has_table(con, "step_budget"):
         return findings
     ledger = Ledger(con)
+    order = sorted(findings, key=lambda f: (f.residual, -f.estimated_saving_ns))
+    # three passes: plain claims, deferred claims, then residual rules' claims
+    granted: dict[int, list[tuple[Claim, int]]] = {id(f): [] for f in order}
+    for residual, deferred in ((False, False), (False, True), (True, None)):
+        for finding in order:
+            if finding.residual == residual:
+                granted[id(finding)] += [(claim, ledger.grant(claim)) for claim in finding.claims
+                                         if deferred is None or claim.deferred == deferred]
     granted_findings = []
-    for finding in sorted(findings, key=lambda f: (f.residual, -f.estimated_saving_ns)):
+    for finding in order:
         if not finding.claims:
             granted_findings.append(finding)
             continue
-        grants = [(claim, ledger.grant(claim)) for claim in finding.claims]
+        grants = granted[id(finding)]
         saving = sum(ns for _, ns in grants)
         evidence = {**finding.evidence, "step_savings": [
             {"rank": c.rank, "step_id": c.step_id, "bucket": c.bucket, "ns": ns} for c, ns in grants if ns]}
