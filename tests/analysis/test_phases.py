@@ -385,15 +385,29 @@ def test_gap_steps_split_only_where_bursts_repeat(tmp_path: Path, writer) -> Non
 
 @requires_shared
 def test_shared_traces_gap_steps_that_do_not_repeat_are_one_window() -> None:
-    """nvFuser's test binary: 10 bursts of 10 different kernel heads (one window); alexnet: 12 bursts, 4 of them in
-    a recurring pattern (one window); Mordred: 3 identical bursts of build_GPU2 x3 + probe (3 steps)."""
+    """nvFuser's test binary: 10 bursts of 10 different kernel heads (one window); alexnet: 18 bursts (6 of them
+    copies only, which repeat nothing), 4 in a recurring kernel pattern (one window); Mordred: 3 identical bursts
+    of build_GPU2 x3 + probe (3 steps)."""
     fuser = analyzed(NSYS / "NVIDIA__Fuser__report3.sqlite")
     assert fuser.sql("SELECT count(*), any_value(name), sum(kernels) FROM steps").rows() == [(1, "gpu span", 19)]
     assert "10 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (0 bursts" in fuser.scalar(
         "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
     alexnet = analyzed(TORCH / "hta__critical_path_alexnet_a100.json.gz")
     assert alexnet.scalar("SELECT count(*) FROM steps") == 1
-    assert "12 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (4 bursts" in alexnet.scalar(
+    assert "18 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (4 bursts" in alexnet.scalar(
         "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
     mordred = analyzed(NSYS / "bwyogatama__Mordred-Deprecated__report1.sqlite")
     assert mordred.sql("SELECT kernels FROM steps ORDER BY step_id")["kernels"].to_list() == [4, 4, 4]
+
+
+@requires_shared
+def test_a_copy_only_burst_belongs_to_the_gap_window() -> None:
+    """nsys-ai's mock capture, torch.zeros(16).sum() then .item(): two different kernels 18 ms apart, then the
+    4-byte DtoH copy 4.2 ms later. The bursts do not repeat, so the rank is one window, and it holds the copy
+    (a burst with no kernel has no kernel pattern, but it is still GPU work of the run)."""
+    mock = analyzed(NSYS / "GindaChen__nsys-ai__tests_fixtures_mock.sqlite")
+    ((copy_end,),) = mock.sql("SELECT max(end_ns) FROM memops").rows()
+    assert mock.sql("SELECT count(*), max(end_ns) FROM steps").rows() == [(1, copy_end)]
+    assert mock.sql("SELECT DISTINCT step_id FROM memops").rows() == [(0,)]
+    assert "3 GPU bursts between idle gaps" in mock.scalar(
+        "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")

@@ -243,8 +243,10 @@ def _add_gap_windows(con: duckdb.DuckDBPyConnection, gap_ns: int) -> None:
             SELECT rank, burst, hash(list(name ORDER BY position)) AS pattern
             FROM heads WHERE position <= $head GROUP BY ALL
         )
-        SELECT b.rank, b.burst, b.lo, b.hi, p.pattern, count(*) OVER (PARTITION BY b.rank, p.pattern) AS occurrences
-        FROM bursts b JOIN patterns p USING (rank, burst)
+        -- a copy-only burst has no kernel pattern: it is GPU work of the run, but repeats nothing
+        SELECT b.rank, b.burst, b.lo, b.hi, p.pattern,
+               CASE WHEN p.pattern IS NULL THEN 1 ELSE count(*) OVER (PARTITION BY b.rank, p.pattern) END AS occurrences
+        FROM bursts b LEFT JOIN patterns p USING (rank, burst)
         """,
         {"gap": gap_ns, "head": PATTERN_KERNELS},
     )
