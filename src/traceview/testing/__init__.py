@@ -24,7 +24,7 @@ from traceview.testing.spec import (
     two_process_spec,
 )
 
-_SAMPLE_NAMES = ("H100_SXM", "LlamaConfig", "llm_serving_spec", "llm_serving_truth", "serving_steps")
+_SAMPLE_NAMES = ("H100_SXM", "LlamaConfig", "llm_serving_spec", "llm_serving_truth", "serving_runs", "serving_steps")
 
 
 def __getattr__(name: str) -> object:
@@ -51,6 +51,7 @@ __all__ = [
     "global_tid",
     "llm_serving_spec",
     "llm_serving_truth",
+    "serving_runs",
     "serving_steps",
     "summarize",
     "two_process_spec",

@@ -24,7 +24,7 @@ from traceview.testing.nsys_writer import write_nsys
 from traceview.testing.plan import summarize
 from traceview.testing.spec import ApiCall, GpuSpec, Kernel, Memop, Range, TraceSpec
 
-__all__ = ["H100_SXM", "LlamaConfig", "llm_serving_spec", "serving_steps", "llm_serving_truth", "main"]
+__all__ = ["H100_SXM", "LlamaConfig", "llm_serving_spec", "serving_runs", "serving_steps", "llm_serving_truth", "main"]
 
 H100_SXM = GpuSpec(
     "NVIDIA H100 80GB HBM3", 132, 85_899_345_920, 9, 0,
@@ -138,6 +138,7 @@ class _Sim:
     calls: list = field(default_factory=list)
     ranges: list = field(default_factory=list)
     corr: int = 0
+    scale: float = 1.0  # every simulated duration of the current step is multiplied by it (run and step noise)
 
     def next_corr(self) -> int:
         """CUPTI correlation ids grow with every traced API call of the process."""
@@ -145,7 +146,7 @@ class _Sim:
         return self.corr
 
     def j(self, ns: float, spread: float = 0.08) -> int:
-        return max(1, int(ns * (1.0 + self.rng.uniform(-spread, spread))))
+        return max(1, int(ns * self.scale * (1.0 + self.rng.uniform(-spread, spread))))
 
     def gpu_slot(self, launch_end: int, dur: int, latency: int) -> int:
         start = max(self.gpu + self.j(900, 0.5), launch_end + self.j(latency, 0.3))
@@ -308,14 +309,17 @@ def serving_steps(prefill_batches: tuple[int, ...] = (4, 4), decode_steps: int =
 
 
 def llm_serving_spec(seed: int = 0, cfg: LlamaConfig = LlamaConfig(), prefill_batches: tuple[int, ...] = (4, 4),
-                     prompt_len: int = 256, decode_steps: int = 12) -> TraceSpec:
+                     prompt_len: int = 256, decode_steps: int = 12,
+                     step_scales: tuple[float, ...] | None = None) -> TraceSpec:
     """Small vLLM-on-H100 serving capture: eager prefill + CUDA-graph decode steps.
 
     Deterministic for a given ``seed``.  Steps carry vLLM-style annotations
     ``execute_context_<n>(<tokens>)_generation_<n>(<tokens>)`` (user_annotation, so
     they are also NVTX ranges in nsys); prefill layers carry ``model.layers.<i>``
     NVTX ranges.  Decode forwards are one ``cudaGraphLaunch`` each (graph per
-    batch size); lm_head and sampling run eagerly after it.
+    batch size); lm_head and sampling run eagerly after it.  ``step_scales[i]`` multiplies every host and GPU
+    duration of step ``i`` (1.0 when omitted), so a step's wall time scales with it: the noise and changes of
+    :func:`serving_runs`.
     """
     rng = random.Random(seed)
     sim = _Sim(rng)
@@ -323,6 +327,7 @@ def llm_serving_spec(seed: int = 0, cfg: LlamaConfig = LlamaConfig(), prefill_ba
     ctx_len: list[int] = []
     schedule = serving_steps(prefill_batches, decode_steps)
     for step_no, (phase, new, running) in enumerate(schedule):
+        sim.scale = step_scales[step_no] if step_scales else 1.0
         step_start = sim.cpu
         sim.cpu += sim.j(180_000 if phase == "prefill" else 95_000, 0.2)  # scheduler + input prep
         if phase == "prefill":
@@ -373,6 +378,28 @@ def llm_serving_spec(seed: int = 0, cfg: LlamaConfig = LlamaConfig(), prefill_ba
                      api_calls=tuple(sim.calls), ranges=tuple(sim.ranges),
                      process_names={PID: "VLLM::Worker"}, thread_names={(PID, MAIN_TID): "VLLM::Worker"},
                      hostname="h100-node-03")
+
+
+def serving_runs(runs: int, *, seed: int = 0, run_noise_pct: float = 1.5, step_noise_pct: float = 2.0,
+                 change_pct: dict[str, float] | None = None, prefill_batches: tuple[int, ...] = (4, 4),
+                 decode_steps: int = 12) -> list[TraceSpec]:
+    """``runs`` repeated captures of one serving workload, as a benchmark run several times would give.
+
+    Step ``i`` of run ``r`` has every duration scaled by ``(1 + run_noise·z_r)(1 + step_noise·z_ri)(1 + change)``
+    with ``z`` standard normal: run-to-run noise shared by a run's steps, step-to-step noise, and
+    ``change_pct[phase]`` (e.g. ``{"decode": 7.0}``) as the true change a diff should find. Seeds differ per run.
+    """
+    rng = random.Random(seed)
+    phases = [phase for phase, _, _ in serving_steps(prefill_batches, decode_steps)]
+    changes = change_pct or {}
+    specs = []
+    for run in range(runs):
+        run_factor = 1.0 + run_noise_pct / 100.0 * rng.gauss(0.0, 1.0)
+        scales = tuple(run_factor * (1.0 + step_noise_pct / 100.0 * rng.gauss(0.0, 1.0))
+                       * (1.0 + changes.get(phase, 0.0) / 100.0) for phase in phases)
+        specs.append(llm_serving_spec(seed=rng.randrange(2**31), prefill_batches=prefill_batches,
+                                      decode_steps=decode_steps, step_scales=scales))
+    return specs
 
 
 def llm_serving_truth(spec: TraceSpec) -> dict:
