@@ -212,3 +212,24 @@ def test_savings_never_exceed_the_time_they_come_from(trace) -> None:
             window = (claim["rank"], claim["step_id"])
             claimed[window] = claimed.get(window, 0) + claim["ns"]
     assert {window: ns for window, ns in claimed.items() if ns > walls.get(window, 0)} == {}
+
+
+def test_the_diffs_time_split_adds_up_to_each_phases_priced_steps(trace) -> None:
+    """What `traceview diff` attributes a change to: per phase, kernels + copies + idle + outside GPU work is
+    the priced steps' owned time, and the categories (plus any unattributed kernel time) and the families
+    each add up to the kernel part."""
+    from traceview.report.data import phase_time_split, step_rows
+
+    split = phase_time_split(trace.con)
+    owned: dict[str, list[int]] = {}
+    for step in step_rows(trace.con):
+        if step["priced"]:
+            owned.setdefault(step["phase"], []).append(step["owned_ns"])
+    assert {row["phase"]: (row["steps"], row["wall_ns"]) for row in split} == \
+        {phase: (len(values), sum(values)) for phase, values in owned.items()}
+    for row in split:
+        assert row["wall_ns"] == row["kernel_ns"] + row["copy_ns"] + row["idle_ns"] + row["outside_gpu_ns"], row["phase"]
+        categories = sum(c["ns"] for c in row["categories"])
+        assert categories + row["unattributed_kernel_ns"] == pytest.approx(row["kernel_ns"], abs=1e-3)
+        assert sum(f["ns"] for f in row["families"]) == pytest.approx(categories, abs=1e-3)
+        assert row["unattributed_kernel_ns"] >= -1e-3, row["phase"]

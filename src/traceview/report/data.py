@@ -11,7 +11,7 @@ from typing import Any
 
 import duckdb
 
-from traceview.analysis.budget import BUCKETS
+from traceview.analysis.budget import BUCKETS, IDLE_KINDS
 from traceview.analysis.intervals import busy_time_sql
 from traceview.model import db
 from traceview.model.db import dict_rows
@@ -225,12 +225,61 @@ def _phase_busy(con) -> dict[str, dict[str, int]]:
     return busy
 
 
-def _steps(con) -> list[dict[str, Any]]:
+def step_rows(con) -> list[dict[str, Any]]:
+    """Every step; `owned_ns` (the wall time the step owns on its rank's timeline) and `priced` are what
+    `traceview diff` compares, so its step times and its attribution (`phase_time_split`) add up."""
     return dict_rows(con, """
-        SELECT row_number() OVER (ORDER BY rank, step_id) - 1 AS index, rank, step_id, phase, phase_source,
-               confidence, start_ns, end_ns, end_ns - start_ns AS wall_ns, gpu_time_ns, kernels,
-               struct_pack(prefill := prefill_tokens, decode := decode_tokens) AS tokens, name
-        FROM steps ORDER BY rank, step_id""")
+        SELECT row_number() OVER (ORDER BY s.rank, s.step_id) - 1 AS index, s.rank, s.step_id, s.phase, s.phase_source,
+               s.step_source, s.confidence, s.start_ns, s.end_ns, s.end_ns - s.start_ns AS wall_ns, b.wall_ns AS owned_ns,
+               st.state, b.priced, s.gpu_time_ns, s.kernels,
+               struct_pack(prefill := s.prefill_tokens, decode := s.decode_tokens) AS tokens, s.name
+        FROM steps s
+        LEFT JOIN step_budget b ON b.rank = s.rank AND b.step_id = s.step_id
+        LEFT JOIN step_states st ON st.rank = s.rank AND st.step_id = s.step_id
+        ORDER BY s.rank, s.step_id""")
+
+
+def phase_time_split(con) -> list[dict[str, Any]]:
+    """Per phase, the priced steps' owned wall time cut into parts that add up to it: the step budget's
+    compute and exposed-communication time apportioned to kernel categories and families by their kernel
+    time in each step, copies alone, GPU idle by kind, and time outside GPU work. `traceview diff` takes
+    per-step means of these to say what a change in step time is made of."""
+    idle = " + ".join(f"b.idle_{kind}_ns" for kind in IDLE_KINDS)
+    rows = dict_rows(con, f"""
+        WITH priced AS (SELECT * FROM step_budget WHERE step_id IS NOT NULL AND priced),
+        family AS (
+            SELECT k.rank, k.step_id, k.category, k.short_name, sum(k.dur_ns) AS dur_ns,
+                   k.category IS NOT DISTINCT FROM 'communication' AS communication
+            FROM kernels k JOIN priced b ON b.rank = k.rank AND b.step_id = k.step_id GROUP BY ALL
+        ),
+        shares AS (  -- a family's share of the bucket its kind of kernel fills in its step
+            SELECT f.rank, f.step_id, f.category, f.short_name,
+                   CASE WHEN f.communication THEN b.communication_ns ELSE b.compute_ns END * f.dur_ns
+                       / sum(f.dur_ns) OVER (PARTITION BY f.rank, f.step_id, f.communication) AS ns
+            FROM family f JOIN priced b ON b.rank = f.rank AND b.step_id = f.step_id
+        ),
+        families AS (
+            SELECT s.phase, f.category, f.short_name, sum(f.ns) AS ns
+            FROM shares f JOIN priced s ON s.rank = f.rank AND s.step_id = f.step_id GROUP BY ALL
+        ),
+        totals AS (
+            SELECT b.phase, count(*) AS steps, sum(b.wall_ns)::BIGINT AS wall_ns,
+                   sum(b.compute_ns + b.communication_ns)::BIGINT AS kernel_ns, sum(b.copy_ns)::BIGINT AS copy_ns,
+                   {", ".join(f"sum(b.idle_{kind}_ns)::BIGINT AS idle_{kind}_ns" for kind in IDLE_KINDS)},
+                   sum({idle})::BIGINT AS idle_ns, sum(b.outside_gpu_ns)::BIGINT AS outside_gpu_ns
+            FROM priced b GROUP BY b.phase
+        )
+        SELECT t.*,
+               coalesce((SELECT list(struct_pack(category := category, ns := ns) ORDER BY ns DESC, category)
+                         FROM (SELECT category, sum(ns) AS ns FROM families f WHERE f.phase IS NOT DISTINCT FROM t.phase
+                               GROUP BY category)), []) AS categories,
+               coalesce((SELECT list(struct_pack(short_name := short_name, category := category, ns := ns)
+                                     ORDER BY ns DESC, short_name, category)
+                         FROM families f WHERE f.phase IS NOT DISTINCT FROM t.phase), []) AS families
+        FROM totals t ORDER BY t.phase""")
+    for row in rows:  # a bucket with no kernel of its kind in the step (work of a neighbour step ran there)
+        row["unattributed_kernel_ns"] = row["kernel_ns"] - sum(c["ns"] for c in row["categories"])
+    return rows
 
 
 def _top_kernels(con) -> list[dict[str, Any]]:
@@ -420,7 +469,8 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: s
         "gpu": _gpu(con),
         "summary": _summary(con),
         "phases": phase_rows(con),
-        "steps": _steps(con),
+        "steps": step_rows(con),
+        "phase_time_split": phase_time_split(con),
         "top_kernels": _top_kernels(con),
         "kernel_families": _kernel_families(con),
         "categories": _categories(con),
