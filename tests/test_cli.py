@@ -223,7 +223,7 @@ def test_memory_limit_flag(tmp_path: Path) -> None:
 
 
 def wrote(result: subprocess.CompletedProcess) -> list[str]:
-    return [line.removeprefix("wrote ") for line in result.stderr.splitlines()]
+    return [line.removeprefix("wrote ") for line in result.stderr.splitlines() if line.startswith("wrote ")]
 
 
 def test_output_extension_names_the_format(tmp_path: Path) -> None:
@@ -261,9 +261,9 @@ def test_diff_output_follows_its_registry(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert wrote(result) == [str(tmp_path / "d" / "diff.md"), str(tmp_path / "d" / "diff.html")]
     markdown, page = (tmp_path / "d" / "diff.md").read_text(), (tmp_path / "d" / "diff.html").read_text()
-    assert "**No change**" in markdown and '<span class="status">no change</span>' in page
-    assert "- No change: base and head did the same GPU work, to the nanosecond." in markdown
-    assert "No change: base and head did the same GPU work, to the nanosecond." in page
+    assert "**⚪ Neutral**" in markdown
+    assert "- Base and head did the same GPU work, to the nanosecond." in markdown
+    assert "Base and head did the same GPU work, to the nanosecond." in page
 
 
 def test_query_csv_writes_nested_cells_as_json(tmp_path: Path) -> None:

@@ -495,38 +495,82 @@ def _percent_option(text: str | None) -> float | None:
     return value
 
 
+def _confidence_option(text: str) -> float:
+    """'95', '95%' or '0.95' → 0.95; between 50% and 99.9%."""
+    try:
+        value = float(text.strip().rstrip("%"))
+    except ValueError:
+        raise TraceviewError(f"--confidence {text!r}: expected a level such as 95% or 0.95") from None
+    value = value / 100.0 if value > 1.0 else value
+    if not 0.5 <= value <= 0.999:
+        raise TraceviewError(f"--confidence {text!r}: must lie between 50% and 99.9%")
+    return value
+
+
+def _diff_sides(runs: tuple[Path, ...], base: tuple[Path, ...], head: tuple[Path, ...]) -> tuple[list[Path], list[Path]]:
+    if runs and (base or head):
+        raise TraceviewError("diff: give BASE HEAD, or --base RUN ... --head RUN ..., not both")
+    if runs:
+        if len(runs) != 2:
+            raise TraceviewError(f"diff: expected BASE and HEAD, got {len(runs)} path(s); "
+                                 "for several runs a side, repeat --base and --head")
+        return [runs[0]], [runs[1]]
+    if not base or not head:
+        raise TraceviewError("diff: give BASE HEAD, or at least one --base and one --head")
+    return list(base), list(head)
+
+
 @cli.command()
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("head", type=click.Path(path_type=Path))
+@click.argument("runs", nargs=-1, type=click.Path(path_type=Path), metavar="[BASE HEAD]")
+@click.option("--base", "base_runs", multiple=True, type=click.Path(path_type=Path), metavar="RUN",
+              help="A run of the base side (trace, rank directory or JSON report); repeat for several runs.")
+@click.option("--head", "head_runs", multiple=True, type=click.Path(path_type=Path), metavar="RUN",
+              help="A run of the head side; repeat for several runs.")
 @click.option("-o", "--output", help="The diff file; its extension picks its format, other formats land beside it. "
                                      "Default: stdout for one format.")
 @click.option("--format", "formats", default=",".join(DIFF.defaults()), show_default=True, help=_formats_help(DIFF))
 @click.option("--fail-on-regression", "fail_on_regression", metavar="PCT",
-              help="Exit 1 when a phase's median step time or the total GPU busy time grows by more than PCT (e.g. 5%).")
+              help="Exit 1 when a phase's median step time is slower by PCT or more (e.g. 5%) with confidence: its "
+                   "interval excludes zero. The step verdicts are then decided at PCT.")
+@click.option("--fail-on-inconclusive", is_flag=True,
+              help="Exit 1 also when the verdict is inconclusive (runs not comparable, too few steps, or an interval "
+                   "too wide to decide).")
+@click.option("--confidence", "confidence", default="95%", show_default=True, metavar="LEVEL",
+              help="Confidence level of the step-time intervals (e.g. 95%, 0.99).")
 @click.option("--threshold", default=5.0, show_default=True, type=click.FloatRange(min=0),
-              help="Smallest change, in percent, worth reporting for steps and kernels.")
+              help="Smallest change, in percent, worth reporting for kernels, and for steps without a gate.")
+@click.option("--jobs", type=click.IntRange(min=1), help="Runs analysed in parallel (default: the number of cores).")
 @_rule_config_options
 @_analysis_options
-def diff(base: Path, head: Path, output: str | None, formats: str, fail_on_regression: str | None, threshold: float,
-         **kwargs) -> None:
-    """Compare BASE with HEAD (traces, rank directories or JSON reports from `traceview report`).
+def diff(runs: tuple[Path, ...], base_runs: tuple[Path, ...], head_runs: tuple[Path, ...], output: str | None,
+         formats: str, fail_on_regression: str | None, fail_on_inconclusive: bool, confidence: str, threshold: float,
+         jobs: int | None, **kwargs) -> None:
+    """Compare BASE with HEAD: one run a side, or several with --base/--head (traces, rank directories or JSON
+    reports from `traceview report`). Verdict: regression, improvement, neutral or inconclusive.
 
     \b
     Example:
       traceview diff main.json.gz pr.json.gz --fail-on-regression 5%
-      traceview diff baseline-report.json pr.sqlite --format md -o -
+      traceview diff --base main1.json --base main2.json --base main3.json \\
+                     --head pr1.sqlite --head pr2.sqlite --head pr3.sqlite --format md -o -
     """
+    from traceview.audit import default_jobs
     from traceview.diff import build_diff
 
     limit = _percent_option(fail_on_regression)
+    level = _confidence_option(confidence)
+    base, head = _diff_sides(runs, base_runs, head_runs)
     chosen = DIFF.parse(formats)
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     if output is None and len(chosen) == 1:
         output = "-"
-    outputs = DIFF.targets(output, chosen, "diff", [base, head])
-    result = build_diff(workflow.report_for(base, options), workflow.report_for(head, options),
-                        threshold_pct=threshold, kernel_threshold_pct=threshold, fail_on_regression_pct=limit)
+    outputs = DIFF.targets(output, chosen, "diff", [*base, *head])
+    reports = workflow.reports_for([*base, *head], options, jobs or default_jobs())
+    result = build_diff(reports[:len(base)], reports[len(base):],
+                        threshold_pct=threshold, kernel_threshold_pct=threshold, fail_on_regression_pct=limit,
+                        confidence=level, fail_on_inconclusive=fail_on_inconclusive)
     _write(outputs, result)
+    click.echo(f"verdict: {result['verdict']}", err=True)
     for regression in result["regressions"]:
         click.echo(f"regression: {regression}", err=True)
     sys.exit(result["exit_code"])

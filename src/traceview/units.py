@@ -72,3 +72,10 @@ def tflops(value: float | None) -> str:
 def tbps(value: float | None) -> str:
     """Achieved or peak memory bandwidth: '3.35 TB/s'."""
     return "n/a" if value is None else f"{_significant(value)} TB/s"
+
+
+def interval(bounds: list[float] | None) -> str:
+    """A confidence interval of a change: '[+1.2%, +3.4%]'."""
+    if not bounds:
+        return "n/a"
+    return f"[{signed_percent(bounds[0])}, {signed_percent(bounds[1])}]"

@@ -13,6 +13,7 @@ gives the same findings whichever command reads it.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,15 @@ def report_for(path: Path, options: CheckOptions) -> dict[str, Any]:
             return data
     with api.load(path) as trace:
         return report(trace, options)
+
+
+def reports_for(paths: list[Path], options: CheckOptions, jobs: int = 1) -> list[dict[str, Any]]:
+    """`report_for` of each path, in order, in up to `jobs` worker processes (the runs of a diff are
+    independent, and analysing each is most of a diff's time)."""
+    if jobs <= 1 or len(paths) <= 1:
+        return [report_for(path, options) for path in paths]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
+        return list(pool.map(report_for, paths, [options] * len(paths)))
 
 
 def query(trace: api.Trace, sql: str, *, nested_as_json: bool = False) -> pl.DataFrame:

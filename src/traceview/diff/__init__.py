@@ -1,28 +1,22 @@
-"""Compare two runs for a performance PR: a pure function of two ReportData dicts, so BASE and HEAD
-can each be a trace or a saved JSON report (CI can keep a small JSON baseline instead of a trace).
+"""Compare runs for a performance PR: a pure function of ReportData dicts, one per run, so each side can
+be several traces, rank directories or saved JSON reports (CI can keep small JSON baselines).
 
-Steps match by phase and compare as distributions (median and p90, with the spread, so noise is not
-called a regression); kernels match by family (short name and category).
+Steps are pooled per phase with their run kept (stats.py: a bootstrap over runs, then steps), the
+sides are checked for comparability first (comparability.py), and each phase's change in mean step
+time is split into parts that add up (attribution.py). Kernels match by family (short name and
+category), compared per run.
 """
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from traceview import units
+from traceview.diff import attribution, comparability, stats
 
-DIFF_VERSION = 1
+DIFF_VERSION = 2
 KERNEL_STATUSES = ("slower", "new", "gone", "faster")
-
-
-def _quantile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low, high = int(position), min(int(position) + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+VERDICTS = stats.VERDICTS
 
 
 def _pct(base: float | None, head: float | None) -> float | None:
@@ -31,49 +25,93 @@ def _pct(base: float | None, head: float | None) -> float | None:
     return 100.0 * (head - base) / base
 
 
-def _step_stats(report: dict, phase: str) -> dict[str, Any]:
-    walls = [s["wall_ns"] for s in report["steps"] if s["phase"] == phase]
-    return {"steps": len(walls), "median_ns": _quantile(walls, 0.5), "p10_ns": _quantile(walls, 0.1),
-            "p90_ns": _quantile(walls, 0.9),
-            "spread_pct": (100.0 * statistics.pstdev(walls) / statistics.mean(walls)) if len(walls) > 1 else None}
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
-def _phase_rows(base: dict, head: dict, threshold_pct: float) -> list[dict[str, Any]]:
-    """Per phase: step-time distributions and roofline %; a regression must clear the threshold and the noise."""
-    phases = [p for p in ("prefill", "decode", "mixed", "unknown")
-              if any(s["phase"] == p for s in base["steps"] + head["steps"])]
-    roofs = {name: {p["phase"]: p for p in report["phases"]} for name, report in (("base", base), ("head", head))}
+def _step_time(step: dict[str, Any]) -> int:
+    """The time a step owns on its rank's timeline (what the attribution splits); a report older than
+    `owned_ns` gives the step's wall time."""
+    owned = step.get("owned_ns")
+    return owned if owned is not None else step["wall_ns"]
+
+
+def _phases(base: list[dict], head: list[dict]) -> list[str]:
+    order = {"prefill": 0, "decode": 1, "mixed": 2, "train": 3}
+    found = {s["phase"] for r in base + head for s in comparability.priced_steps(r)}
+    return sorted(found, key=lambda p: (order.get(p, 9), p or ""))
+
+
+def _samples(reports: list[dict], phase: str) -> list[list[int]]:
+    runs = [[_step_time(s) for s in comparability.priced_steps(r) if s["phase"] == phase] for r in reports]
+    return [run for run in runs if run]
+
+
+def _roof(reports: list[dict], phase: str) -> float | None:
+    values = [p["pct_of_roof"] for r in reports for p in r["phases"] if p["phase"] == phase and p.get("pct_of_roof") is not None]
+    return _mean(values) if values else None
+
+
+def _phase_rows(base: list[dict], head: list[dict], threshold_pct: float, confidence: float,
+                comparable: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
-    for phase in phases:
-        b, h = _step_stats(base, phase), _step_stats(head, phase)
-        change = _pct(b["median_ns"], h["median_ns"])
-        # beyond noise: head's typical step is slower than almost all of base's (and vice versa)
-        shifted_up = h["median_ns"] is not None and b["p90_ns"] is not None and h["median_ns"] > b["p90_ns"]
-        shifted_down = h["median_ns"] is not None and b["p10_ns"] is not None and h["median_ns"] < b["p10_ns"]
-        few = min(b["steps"], h["steps"]) < 3
-        verdict = "unchanged"
-        if change is not None and abs(change) >= threshold_pct and (few or shifted_up or shifted_down):
-            verdict = "regression" if change > 0 else "improvement"
-        elif change is not None and abs(change) >= threshold_pct:
-            verdict = "within noise"
+    for phase in _phases(base, head):
+        comparison = stats.compare(_samples(base, phase), _samples(head, phase), confidence=confidence)
+        verdict, reason = stats.decide(comparison, threshold_pct)
+        if not comparable["comparable"]:
+            reason = f"not comparable ({'; '.join(comparable['reasons'])}); the step times alone say: {verdict}, {reason}"
+            verdict = "inconclusive"
+        split = attribution.attribute(base, head, phase)
+        interval = comparison["median_interval_pct"]
         rows.append({
-            "phase": phase, "base": b, "head": h, "median_change_pct": change, "verdict": verdict,
-            "base_pct_of_roof": roofs["base"].get(phase, {}).get("pct_of_roof"),
-            "head_pct_of_roof": roofs["head"].get(phase, {}).get("pct_of_roof"),
+            "phase": phase, **comparison,
+            "significant": interval is not None and (interval[0] > 0 or interval[1] < 0),
+            "verdict": verdict, "reason": reason,
+            "base_pct_of_roof": _roof(base, phase), "head_pct_of_roof": _roof(head, phase),
+            "attribution": split,
+            "headline": attribution.headline(phase, split, verdict, comparison["median_change_pct"]),
         })
     return rows
 
 
-def _kernel_rows(base: dict, head: dict, threshold_pct: float, min_share_pct: float) -> list[dict[str, Any]]:
-    """Kernel families that changed more than the threshold, appeared or vanished (noise floor: share)."""
-    def families(report: dict) -> dict[tuple[str, str], dict]:
-        return {(k["short_name"], k["category"]): k for k in report["kernel_families"]}
+def _judged(phase: dict[str, Any]) -> bool:
+    """Whether the phase has the steps a verdict needs (a capture's one or two prefill steps do not)."""
+    return min(phase["base"]["steps"], phase["head"]["steps"]) >= stats.MIN_STEPS
 
-    b, h = families(base), families(head)
-    total = max(base["summary"]["kernel_time_ns"], head["summary"]["kernel_time_ns"], 1)
+
+def _overall(phases: list[dict[str, Any]], comparable: dict[str, Any]) -> tuple[str, list[str]]:
+    """The diff's verdict and the reasons that decided it."""
+    if not comparable["comparable"]:
+        return "inconclusive", [f"not comparable: {reason}" for reason in comparable["reasons"]]
+    judged = [p for p in phases if _judged(p)]
+    unjudged = [f"{p['phase']} not judged: {p['reason']}" for p in phases if p not in judged]
+    for verdict in ("regression", "inconclusive", "improvement"):
+        hits = [p for p in judged if p["verdict"] == verdict]
+        if hits:
+            return verdict, [f"{p['phase']}: {p['reason']}" for p in hits] + unjudged
+    if not judged:
+        return "inconclusive", unjudged or ["no steps on either side"]
+    return "neutral", [f"{p['phase']}: {p['reason']}" for p in judged] + unjudged
+
+
+def _families(reports: list[dict]) -> dict[tuple[str, str], dict[str, float]]:
+    """Per kernel family, its time and count in a run, averaged over the side's runs."""
+    totals: dict[tuple[str, str], dict[str, float]] = {}
+    for report in reports:
+        for k in report["kernel_families"]:
+            row = totals.setdefault((k["short_name"], k["category"]), {"time_ns": 0.0, "count": 0.0})
+            row["time_ns"] += k["time_ns"] / len(reports)
+            row["count"] += k["count"] / len(reports)
+    return totals
+
+
+def _kernel_rows(base: list[dict], head: list[dict], threshold_pct: float, min_share_pct: float) -> list[dict[str, Any]]:
+    """Kernel families that changed more than the threshold, appeared or vanished (noise floor: share)."""
+    b, h = _families(base), _families(head)
+    total = max(_mean([r["summary"]["kernel_time_ns"] for r in base]), _mean([r["summary"]["kernel_time_ns"] for r in head]), 1)
     rows = []
     for key in sorted(b.keys() | h.keys(), key=lambda k: (k[0] or "", k[1] or "")):
-        bt, ht = (b.get(key) or {}).get("time_ns", 0), (h.get(key) or {}).get("time_ns", 0)
+        bt, ht = round((b.get(key) or {}).get("time_ns", 0)), round((h.get(key) or {}).get("time_ns", 0))
         change = _pct(bt, ht)
         status = "new" if key not in b else "gone" if key not in h else (
             "slower" if change is not None and change >= threshold_pct else
@@ -88,12 +126,12 @@ def _kernel_rows(base: dict, head: dict, threshold_pct: float, min_share_pct: fl
     return sorted(rows, key=lambda r: (-abs(r["delta_ns"]), r["kernel"] or ""))
 
 
-def _category_rows(base: dict, head: dict) -> list[dict[str, Any]]:
-    def by_category(report: dict) -> dict[str, int]:
-        totals: dict[str, int] = {}
-        for k in report["kernel_families"]:
-            totals[k["category"]] = totals.get(k["category"], 0) + k["time_ns"]
-        return totals
+def _category_rows(base: list[dict], head: list[dict]) -> list[dict[str, Any]]:
+    def by_category(reports: list[dict]) -> dict[str, int]:
+        totals: dict[str, float] = {}
+        for (_, category), row in _families(reports).items():
+            totals[category] = totals.get(category, 0.0) + row["time_ns"]
+        return {c: round(t) for c, t in totals.items()}
 
     b, h = by_category(base), by_category(head)
     rows = [{"category": c, "base_time_ns": b.get(c, 0), "head_time_ns": h.get(c, 0),
@@ -102,33 +140,47 @@ def _category_rows(base: dict, head: dict) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda r: -abs(r["delta_ns"]))
 
 
-def build_diff(base: dict, head: dict, *, threshold_pct: float = 5.0, kernel_threshold_pct: float = 5.0,
-               min_kernel_share_pct: float = 0.1, fail_on_regression_pct: float | None = None) -> dict[str, Any]:
-    base_gpu, head_gpu = base["gpu"], head["gpu"]
-    busy = {"base_ns": base["summary"]["gpu_busy_ns"], "head_ns": head["summary"]["gpu_busy_ns"]}
+def _side(reports: list[dict]) -> dict[str, Any]:
+    gpu = reports[0]["gpu"]
+    return {"runs": [{"files": r["trace"]["files"], "gpu": r["gpu"].get("spec_name") or r["gpu"].get("name"),
+                      "spec_id": r["gpu"].get("spec_id")} for r in reports],
+            "files": [f for r in reports for f in r["trace"]["files"]],
+            "gpu": gpu.get("spec_name") or gpu.get("name"), "spec_id": gpu.get("spec_id")}
+
+
+def build_diff(base: list[dict], head: list[dict], *, threshold_pct: float = 5.0, kernel_threshold_pct: float = 5.0,
+               min_kernel_share_pct: float = 0.1, fail_on_regression_pct: float | None = None,
+               confidence: float = 0.95, fail_on_inconclusive: bool = False) -> dict[str, Any]:
+    """The diff of runs `base` and `head` (ReportData dicts, one per run). The step verdicts are decided at
+    the gate's percentage when there is one, else at `threshold_pct`."""
+    step_pct = fail_on_regression_pct if fail_on_regression_pct is not None else threshold_pct
+    comparable = comparability.assess(base, head)
+    phases = _phase_rows(base, head, step_pct, confidence, comparable)
+    verdict, reasons = _overall(phases, comparable)
+    busy = {"base_ns": round(_mean([r["summary"]["gpu_busy_ns"] for r in base])),
+            "head_ns": round(_mean([r["summary"]["gpu_busy_ns"] for r in head]))}
     busy["change_pct"] = _pct(busy["base_ns"], busy["head_ns"])
-    phases = _phase_rows(base, head, threshold_pct)
-    base_fp = {f["fingerprint"]: f for f in base["findings"]}
-    head_fp = {f["fingerprint"]: f for f in head["findings"]}
-    regressions = []
-    if fail_on_regression_pct is not None:
-        for row in phases:
-            if row["median_change_pct"] is not None and row["median_change_pct"] > fail_on_regression_pct \
-                    and row["verdict"] == "regression":
-                regressions.append(f"{row['phase']} median step time +{row['median_change_pct']:.1f}%")
-        if busy["change_pct"] is not None and busy["change_pct"] > fail_on_regression_pct:
-            regressions.append(f"total GPU busy time +{busy['change_pct']:.1f}%")
+    base_fp = {f["fingerprint"]: f for r in base for f in r["findings"]}
+    head_fp = {f["fingerprint"]: f for r in head for f in r["findings"]}
+    gate = fail_on_regression_pct is not None and verdict == "regression"
+    regressions = [f"{p['phase']} median step time {units.signed_percent(p['median_change_pct'])} "
+                   f"{units.interval(p['median_interval_pct'])}" for p in phases if gate and p["verdict"] == "regression"]
+    failed = gate or (fail_on_inconclusive and verdict == "inconclusive")
+    base_side, head_side = _side(base), _side(head)
     diff = {
         "schema_version": DIFF_VERSION,
-        "base": {"files": base["trace"]["files"], "gpu": base_gpu.get("spec_name") or base_gpu.get("name"),
-                 "spec_id": base_gpu.get("spec_id")},
-        "head": {"files": head["trace"]["files"], "gpu": head_gpu.get("spec_name") or head_gpu.get("name"),
-                 "spec_id": head_gpu.get("spec_id")},
-        "gpu_changed": base_gpu.get("spec_id") != head_gpu.get("spec_id") or base_gpu.get("name") != head_gpu.get("name"),
-        "thresholds": {"step_pct": threshold_pct, "kernel_pct": kernel_threshold_pct,
-                       "min_kernel_share_pct": min_kernel_share_pct, "fail_on_regression_pct": fail_on_regression_pct},
+        "base": base_side, "head": head_side,
+        "gpu_changed": not next(c for c in comparable["checks"] if c["check"] == "gpu")["passed"],
+        "thresholds": {"step_pct": step_pct, "kernel_pct": kernel_threshold_pct, "min_kernel_share_pct": min_kernel_share_pct,
+                       "fail_on_regression_pct": fail_on_regression_pct, "confidence": confidence,
+                       "fail_on_inconclusive": fail_on_inconclusive, "min_steps": stats.MIN_STEPS},
+        "verdict": verdict,
+        "verdict_reasons": reasons,
+        "comparability": comparable,
+        "headline": _headline(phases),
         "gpu_busy": busy,
-        "gpu_idle_pct": {"base": base["summary"]["gpu_idle_pct"], "head": head["summary"]["gpu_idle_pct"]},
+        "gpu_idle_pct": {"base": _mean_or_none([r["summary"]["gpu_idle_pct"] for r in base]),
+                         "head": _mean_or_none([r["summary"]["gpu_idle_pct"] for r in head])},
         "phases": phases,
         "categories": _category_rows(base, head),
         "kernels": _kernel_rows(base, head, kernel_threshold_pct, min_kernel_share_pct),
@@ -137,86 +189,80 @@ def build_diff(base: dict, head: dict, *, threshold_pct: float = 5.0, kernel_thr
             "fixed": [base_fp[k] for k in sorted(base_fp.keys() - head_fp.keys())],
         },
         "regressions": regressions,
-        "exit_code": 1 if regressions else 0,
+        "exit_code": 1 if failed else 0,
     }
     diff["conclusion"] = conclude(diff)
     return diff
+
+
+def _mean_or_none(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return _mean(known) if known else None
+
+
+def _headline(phases: list[dict[str, Any]]) -> str:
+    """The sentence for the phase that decided the most: judged phases before those with too few steps,
+    a regression first, then an improvement, then the phase with the most step time."""
+    if not phases:
+        return "No steps on either side to compare."
+    rank = {"regression": 0, "improvement": 1, "inconclusive": 2, "neutral": 3}
+
+    def key(p: dict[str, Any]) -> tuple:
+        return (not _judged(p), rank[p["verdict"]],
+                -(p["base"]["median_ns"] or 0) * p["base"]["steps"], p["phase"] or "")
+
+    return min(phases, key=key)["headline"]
 
 
 def _is_identical(diff: dict[str, Any]) -> bool:
     """Same GPU work to the nanosecond: no GPU change, no category or busy-time delta, same step times."""
     return (not diff["gpu_changed"] and not diff["gpu_busy"]["change_pct"]
             and all(not c["delta_ns"] for c in diff["categories"])
-            and all(p["base"] == p["head"] for p in diff["phases"]))
+            and all(p["identical"] for p in diff["phases"]))
 
 
 def conclude(diff: dict[str, Any]) -> dict[str, Any]:
-    """The diff's conclusion, which every renderer shows as it is: a status and plain-word lines, regressions first.
+    """The diff's conclusion, which every renderer shows as it is: the verdict and plain-word lines.
 
-    status: 'regression' (a gate failure or a phase whose step time moved beyond the noise),
-    'no change' (nothing beyond the thresholds and no kernel, finding or GPU change), else 'changed'.
+    status is the verdict: regression, improvement, neutral or inconclusive.
     """
     thresholds = diff["thresholds"]
-    step_pct, kernel_pct = thresholds["step_pct"], thresholds["kernel_pct"]
-    gate = thresholds.get("fail_on_regression_pct")
-    regressions: list[str] = []
-    for text in diff["regressions"]:
-        regressions.append(f"Regression: {text} (the gate fails above +{gate:g}%)." if gate is not None
-                           else f"Regression: {text}.")
-    for p in diff["phases"]:
-        if p["verdict"] != "regression" or any(t.startswith(f"{p['phase']} median step time") for t in diff["regressions"]):
-            continue
-        b, h = p["base"], p["head"]
-        why = ("too few steps to measure the noise" if min(b["steps"], h["steps"]) < 3
-               else f"above base's p90 of {units.duration(b['p90_ns'])}")
-        regressions.append(f"Regression: {p['phase']} median step time {units.duration(b['median_ns'])} → "
-                           f"{units.duration(h['median_ns'])} ({units.signed_percent(p['median_change_pct'])}), {why}.")
-    kernels, new, fixed = diff["kernels"], diff["findings"]["new"], diff["findings"]["fixed"]
-    moved = [p for p in diff["phases"] if p["verdict"] != "unchanged"]
+    step_pct, kernel_pct, gate = thresholds["step_pct"], thresholds["kernel_pct"], thresholds["fail_on_regression_pct"]
+    confidence = f"{100 * thresholds['confidence']:g}%"
+    verdict = diff["verdict"]
+    lines: list[dict[str, str]] = []
+    kind = {"regression": "regression", "improvement": "improvement", "neutral": "calm", "inconclusive": "change"}[verdict]
+    for reason in diff["verdict_reasons"]:
+        lines.append({"kind": kind, "text": reason[0].upper() + reason[1:] + "."})
+    if verdict == "neutral" and _is_identical(diff):
+        lines.append({"kind": "calm", "text": "Base and head did the same GPU work, to the nanosecond."})
+    lines.append({"kind": "info", "text": f"Verdicts at ±{step_pct:g}% with {confidence} confidence intervals that resample "
+                                          "runs, then steps within runs (docs/ci.md)."})
+    comparable = diff["comparability"]
+    failed = [c["detail"] for c in comparable["checks"] if not c["passed"]]
+    lines.append({"kind": "change" if failed else "info",
+                  "text": f"Comparability {100 * comparable['score']:.0f}%: "
+                          + ("; ".join(failed) if failed else f"all {len(comparable['checks'])} checks pass ("
+                             + ", ".join(c["check"].replace("_", " ") for c in comparable["checks"]) + ")") + "."})
+    if not all(p["run_noise_measured"] for p in diff["phases"]):
+        lines.append({"kind": "info", "text": "One run a side: the intervals hold step-to-step noise only; run-to-run "
+                                              "noise is not measured (pass --base and --head three or more times)."})
     busy = diff["gpu_busy"]
-    if regressions:
-        status = "regression"
-    elif not (diff["gpu_changed"] or kernels or new or fixed or moved
-              or (busy["change_pct"] is not None and abs(busy["change_pct"]) >= step_pct)):
-        status = "no change"
-    else:
-        status = "changed"
-
-    lines: list[dict[str, str]] = [{"kind": "regression", "text": text} for text in regressions]
-    if not regressions:
-        lines.append({"kind": "calm", "text": f"No regression beyond the thresholds (step time ±{step_pct:g}% and "
-                                              f"outside base's p10–p90; kernel families ±{kernel_pct:g}%)."})
-    if status == "no change":
-        text = ("No change: neither run recorded GPU kernels." if not diff["categories"]
-                else "No change: base and head did the same GPU work, to the nanosecond." if _is_identical(diff)
-                else "No change: head matches base within the thresholds.")
-        lines.append({"kind": "calm", "text": text})
-    if diff["gpu_changed"]:
-        lines.append({"kind": "change", "text": f"The GPU changed: {diff['base']['gpu'] or 'unknown'} → "
-                                                f"{diff['head']['gpu'] or 'unknown'}, so times compare different "
-                                                "hardware (and often different kernel choices)."})
-    for p in moved:
-        if p["verdict"] == "improvement":
-            lines.append({"kind": "improvement", "text": f"Faster: {p['phase']} median step time "
-                          f"{units.duration(p['base']['median_ns'])} → {units.duration(p['head']['median_ns'])} "
-                          f"({units.signed_percent(p['median_change_pct'])})."})
-        elif p["verdict"] == "within noise":
-            lines.append({"kind": "info", "text": f"{p['phase']}: median step time "
-                          f"{units.signed_percent(p['median_change_pct'])}, but inside base's p10–p90 spread: noise, "
-                          "not a regression."})
     lines.append({"kind": "info", "text": f"GPU busy {units.duration(busy['base_ns'])} → {units.duration(busy['head_ns'])} "
-                  f"({units.signed_percent(busy['change_pct'])}); GPU idle {units.percent(diff['gpu_idle_pct']['base'])} → "
+                  f"a run ({units.signed_percent(busy['change_pct'])}); GPU idle {units.percent(diff['gpu_idle_pct']['base'])} → "
                   f"{units.percent(diff['gpu_idle_pct']['head'])} of the active span."})
+    kernels, new, fixed = diff["kernels"], diff["findings"]["new"], diff["findings"]["fixed"]
     if kernels:
         counts = {s: sum(1 for k in kernels if k["status"] == s) for s in KERNEL_STATUSES}
         top = kernels[0]
         lines.append({"kind": "info", "text": f"{len(kernels)} kernel famil{'y' if len(kernels) == 1 else 'ies'} changed ("
                       + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                      + f"); the largest: {top['kernel']} ({top['status']}, {units.signed_duration(top['delta_ns'])})."})
+                      + f"); the largest: {top['kernel']} ({top['status']}, {units.signed_duration(top['delta_ns'])} a run)."})
     else:
         lines.append({"kind": "info", "text": f"No kernel family changed by ±{kernel_pct:g}% or more, appeared or vanished."})
     lines.append({"kind": "info", "text": f"Findings: {len(new)} new, {len(fixed)} fixed." if new or fixed
                   else "The same findings fire in both runs."})
     if gate is not None:
-        lines.append({"kind": "info", "text": f"Regression gate: fail above +{gate:g}% → exit code {diff['exit_code']}."})
-    return {"status": status, "lines": lines, "regressions": len(regressions), "identical": _is_identical(diff)}
+        lines.append({"kind": "info", "text": f"Regression gate: fail on a regression of +{gate:g}% or more → exit code "
+                                              f"{diff['exit_code']}."})
+    return {"status": verdict, "lines": lines, "regressions": len(diff["regressions"]), "identical": _is_identical(diff)}
