@@ -14,6 +14,8 @@ import traceview
 from conftest import SHARED_TRACES, requires_shared
 from traceview.errors import TraceviewError
 from traceview.rules import RuleConfig, check, find_config, load_config, load_rule, load_rules, with_flags
+from traceview.rules.engine import format_message
+from traceview.rules.loader import message_parts
 from traceview.rules.loader import builtin_rules_dir
 from traceview.testing import llm_serving_spec, write_kineto
 
@@ -65,6 +67,7 @@ def test_team_rule_directory_is_picked_up(tmp_path: Path, serving: traceview.Tra
         (lambda t: 'phases = ["decode"]\n' + t, "phases: no longer a rule field: filter on steps.phase"),
         (lambda t: t.replace('unit = "kernels"\n', ""), "params.budget.unit: missing"),
         (lambda t: t.replace('requires = ["kernels"]', 'requires = ["kernels.Name!"]'), "requires: 'kernels.Name!'"),
+        (lambda t: t.replace('(budget {budget})"', '[(budget {budget})"'), r"message: bad template \('\[' without its '\]'\)"),
     ],
 )
 def test_bad_rule_names_file_and_field(tmp_path: Path, edit, message: str) -> None:
@@ -152,3 +155,36 @@ def test_rules_list_and_explain() -> None:
     assert "Why it matters:" in text and "How to fix:" in text and "min_share_pct" in text
     missing = traceview_cli("rules", "explain", "TV999")
     assert missing.returncode == 2 and "no rule 'TV999'" in missing.stderr
+
+
+@pytest.mark.parametrize(
+    ("template", "values", "message"),
+    [
+        ("{n:count:gap} longer than 1 ms", {"n": 1}, "1 gap longer than 1 ms"),
+        ("{n:count:gap} longer than 1 ms", {"n": 19}, "19 gaps longer than 1 ms"),
+        ("{n:count:gap} longer than 1 ms", {"n": 0}, "no gaps longer than 1 ms"),
+        ("{n:count:copy/copies}", {"n": 2}, "2 copies"),
+        ("{a} memcpy[, {b} memset]", {"a": 3, "b": 0}, "3 memcpy"),
+        ("{a} memcpy[, {b} memset]", {"a": 3, "b": 2}, "3 memcpy, 2 memset"),
+        ("host {t:.2f} ms[ ({p:.1f}% of step time)]", {"t": 1.48, "p": 0.011}, "host 1.48 ms"),  # reads as 0.0
+        ("host {t:.2f} ms[ ({p:.1f}% of step time)]", {"t": 1.48, "p": 0.06}, "host 1.48 ms (0.1% of step time)"),
+        ("x[; skew {s:.2f} ms in step {k}]", {"s": 0.32, "k": 0}, "x; skew 0.32 ms in step 0"),  # only the first field
+        ("x[; skew {s:.2f} ms in step {k}]", {"s": None, "k": None}, "x"),
+        ("x[; {why}]", {"why": ""}, "x"),
+        ("{t:.1f} ms", {"t": None}, "n/a ms"),
+        ("[[{r}]] {{literal}}", {"r": "[[param]]"}, "[[[param]]] {literal}"),  # values are never parsed
+    ],
+)
+def test_messages_drop_parts_that_would_state_a_zero(template: str, values: dict, message: str) -> None:
+    assert format_message(template, values) == message
+
+
+@pytest.mark.parametrize("template", ["a [b", "a ]b", "[a [b] c]"])
+def test_an_unbalanced_optional_part_is_an_error(template: str) -> None:
+    with pytest.raises(ValueError):
+        message_parts(template)
+
+
+def test_every_shipped_message_template_parses() -> None:
+    for rule in load_rules():
+        assert message_parts(rule.message), rule.id

@@ -20,7 +20,7 @@ from traceview.analysis.budget import BUCKETS
 from traceview.model import db
 from traceview.model.db import plain
 from traceview.rules.config import RuleConfig
-from traceview.rules.loader import SEVERITIES, Rule
+from traceview.rules.loader import SEVERITIES, Rule, message_parts
 
 RESERVED_COLUMNS = ("estimated_saving_ns", "key", "evidence", "step_savings")
 
@@ -84,19 +84,46 @@ class CheckResult:
         return any(SEVERITIES.index(f.severity) >= floor for f in self.findings)
 
 
-class _LenientFormatter(string.Formatter):
-    """Message templates never fail on a NULL: `{time_ms:.1f}` of None prints as 'n/a'."""
+class _MessageFormatter(string.Formatter):
+    """Message templates never fail on a NULL (`{time_ms:.1f}` of None prints as 'n/a'), count words
+    (`{gaps:count:gap}`: '1 gap', '3 gaps', 'no gaps'; `{n:count:copy/copies}` for other plurals), and note
+    whether the first field came out empty (NULL, '' or a number that reads as zero), so an optional part can go."""
+
+    def __init__(self) -> None:
+        self.fields = 0
+        self.first_empty = False
 
     def format_field(self, value: Any, format_spec: str) -> str:
+        text = self._text(value, format_spec)
+        if not self.fields:
+            self.first_empty = value is None or value == "" or (
+                isinstance(value, (int, float)) and not isinstance(value, bool) and not re.search(r"[1-9]", text))
+        self.fields += 1
+        return text
+
+    def _text(self, value: Any, format_spec: str) -> str:
         if value is None:
             return "n/a"
+        if format_spec.startswith("count:"):
+            singular, _, plural = format_spec.removeprefix("count:").partition("/")
+            plural = plural or singular + "s"
+            return f"{value} {singular if value == 1 else plural}" if value else f"no {plural}"
         try:
             return super().format_field(value, format_spec)
         except (ValueError, TypeError):
             return str(value)
 
 
-_FORMATTER = _LenientFormatter()
+def format_message(template: str, values: dict[str, Any]) -> str:
+    """A finding's message: the template's fields filled from its row and parameters, each optional part kept
+    only when its first field has a value that is not zero."""
+    out = []
+    for text, optional in message_parts(template):
+        formatter = _MessageFormatter()
+        part = formatter.vformat(text, (), values)
+        if not (optional and formatter.first_empty):
+            out.append(part)
+    return "".join(out)
 
 
 def missing_requirement(con: duckdb.DuckDBPyConnection, requirement: str) -> str | None:
@@ -130,7 +157,7 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, params: dict[str, Any],
     findings = []
     for values in cursor.fetchall():
         row = {name: plain(value) for name, value in zip(columns, values)}
-        message = _FORMATTER.format(rule.message, **{**params, **row})
+        message = format_message(rule.message, {**params, **row})
         saving = int(row.get("estimated_saving_ns") or 0)
         span = spans.get(row["rank"]) if "rank" in row else max(spans.values(), default=None)
         evidence = {k: v for k, v in row.items() if k not in RESERVED_COLUMNS}

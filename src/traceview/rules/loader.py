@@ -137,7 +137,8 @@ def load_rule(path: Path) -> Rule:
         raise _fail(path, "query", "empty")
     message = _get(data, "message", str, path)
     try:
-        list(string.Formatter().parse(message))
+        for text, _ in message_parts(message):
+            list(string.Formatter().parse(text))
     except ValueError as exc:
         raise _fail(path, "message", f"bad template ({exc})") from None
     return Rule(
@@ -167,3 +168,39 @@ def load_rules(extra_dirs: tuple[Path, ...] = ()) -> list[Rule]:
                 raise TraceviewError(f"{path}: id {rule.id} is already used by {rules[rule.id].path}")
             rules[rule.id] = rule
     return sorted(rules.values(), key=lambda r: r.id)
+
+
+def message_parts(template: str) -> list[tuple[str, bool]]:
+    """A message template cut into (text, optional) parts: text in `[...]` is optional, dropped when its first
+    field is NULL, '' or reads as zero (`[; {idle_ms:.2f} ms idle]` goes when 0.004 ms prints as 0.00), so no
+    message states a zero; `[[` and `]]` are literal brackets. Brackets inside a `{field}` belong to the field."""
+    parts: list[tuple[str, bool]] = []
+    text, optional, depth, i = "", False, 0, 0
+    while i < len(template):
+        char, pair = template[i], template[i:i + 2]
+        if depth == 0 and pair in ("[[", "]]", "{{", "}}"):
+            text, i = text + (pair if pair[0] in "{}" else pair[0]), i + 2
+            continue
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+        elif depth == 0 and char == "[":
+            if optional:
+                raise ValueError("'[' inside an optional part")
+            parts.append((text, False))
+            text, optional = "", True
+            i += 1
+            continue
+        elif depth == 0 and char == "]":
+            if not optional:
+                raise ValueError("']' without its '['")
+            parts.append((text, True))
+            text, optional = "", False
+            i += 1
+            continue
+        text, i = text + char, i + 1
+    if optional:
+        raise ValueError("'[' without its ']'")
+    parts.append((text, False))
+    return [(text, optional) for text, optional in parts if text]
