@@ -384,19 +384,26 @@ def _formats_help(registry: Registry) -> str:
 @click.option("-o", "--output", help="The report file; its extension picks its format (run.md: Markdown), the other "
                                      "formats land beside it; missing directories are created. '-' = stdout.")
 @click.option("--format", "formats", default=",".join(REPORT.defaults()), show_default=True, help=_formats_help(REPORT))
+@click.option("--focus-step", metavar="STEP",
+              help="Also draw this step in the timeline: N (step N of the lowest rank) or RANK:N.")
 @_rule_config_options
 @_analysis_options
-def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> None:
+def report(trace: Path | None, output: str | None, formats: str, focus_step: str | None, **kwargs) -> None:
     """Write the report for TRACE: one self-contained HTML file, a Markdown summary, versioned JSON.
 
     With no TRACE it runs on the bundled sample trace. Findings in the configuration's baseline are
-    left out, as `check` leaves them out.
+    left out, as `check` leaves them out. The timeline draws the slowest step of each phase, and the
+    --focus-step.
 
     \b
     Example:
       traceview report run.sqlite -o run.html          # run.html, run.md, run.json
       traceview report trace.json.gz --format md -o -  # Markdown for a PR comment on stdout
+      traceview report run.sqlite --focus-step 0:14    # step 14 of rank 0 in the timeline too
     """
+    from traceview.report.timeline import FocusStep
+
+    focus = FocusStep.parse(focus_step) if focus_step is not None else None
     if trace is None:
         trace = data_dir("sample_traces") / SAMPLE_TRACE
         if not trace.exists():
@@ -405,7 +412,7 @@ def report(trace: Path | None, output: str | None, formats: str, **kwargs) -> No
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     with api.load(trace) as loaded:
         outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
-        data = workflow.report(loaded, options)
+        data = workflow.report(loaded, options, focus_step=focus)
     _write(outputs, data)
 
 
@@ -574,6 +581,33 @@ def diff(runs: tuple[Path, ...], base_runs: tuple[Path, ...], head_runs: tuple[P
     for regression in result["regressions"]:
         click.echo(f"regression: {regression}", err=True)
     sys.exit(result["exit_code"])
+
+
+@cli.command()
+@_trace_argument
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="The trace-event JSON to write; a name ending in .gz is gzipped. Missing directories are created.")
+@_rule_config_options
+@_analysis_options
+def export(trace: Path, output: Path, **kwargs) -> None:
+    """Write TRACE as Chrome trace-event JSON, to open in Perfetto's UI or chrome://tracing (docs/export.md).
+
+    Host processes and threads, GPUs and streams become tracks; kernels, copies, API calls and ranges are
+    slices with their step, phase and exact ns in the args; launch calls point at their kernels; steps and
+    the findings of `check` get tracks of their own.
+
+    \b
+    Example:
+      traceview export run.sqlite -o run.json.gz
+    """
+    options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
+    with api.load(trace) as loaded:
+        if output.resolve() in {path.resolve() for path in _inputs(loaded, trace)}:
+            raise TraceviewError(f"{output}: refusing to overwrite the input trace")
+        _make_parent(output)
+        summary = workflow.export(loaded, options, output)
+    click.echo(f"wrote {output} ({summary.events:,} events: {summary.kernels:,} kernels, {summary.memops:,} copies "
+               f"and memsets, {summary.flows:,} launch flows, {summary.findings:,} findings)", err=True)
 
 
 def main() -> None:

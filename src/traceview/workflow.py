@@ -24,7 +24,10 @@ import polars as pl
 from traceview import __version__, api
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
+from traceview.report.chrome_trace import ExportSummary, write_chrome_trace
 from traceview.report.data import SCHEMA_VERSION, build_report
+from traceview.report.finding_windows import finding_windows
+from traceview.report.timeline import FocusStep
 from traceview.rules import engine
 from traceview.rules.baseline import read_baseline
 from traceview.rules.config import RuleConfig
@@ -59,9 +62,18 @@ def check(trace: api.Trace, options: CheckOptions) -> engine.CheckResult:
     return engine.check(trace.con, list(options.rules), options.config, options.known)
 
 
-def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None) -> dict[str, Any]:
-    """ReportData for the trace; `result` reuses a check already run on it with these options."""
-    return build_report(trace.con, result or check(trace, options), __version__)
+def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None,
+           focus_step: FocusStep | None = None) -> dict[str, Any]:
+    """ReportData for the trace; `result` reuses a check already run on it with these options; `focus_step`
+    adds that step to the timeline."""
+    return build_report(trace.con, result or check(trace, options), __version__, focus_step=focus_step)
+
+
+def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSummary:
+    """`traceview export`: the trace and its findings (each with the window the report gives it) as Chrome
+    trace-event JSON at `target`."""
+    findings = finding_windows(trace.con, [f.to_dict() for f in check(trace, options).findings])
+    return write_chrome_trace(trace.con, findings, target, version=__version__)
 
 
 def report_for(path: Path, options: CheckOptions) -> dict[str, Any]:

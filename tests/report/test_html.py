@@ -109,18 +109,19 @@ def test_sample_report_shows_header_verdict_and_sections(sample: tuple[dict, str
     assert "NVIDIA H100 SXM5 80GB" in page and "h100-sxm" in page
     assert "3.35 TB/s" in page and "989 TFLOP/s" in page  # HBM and the bf16/fp16 dense peak
     assert "llm_serving.pt.trace.json.gz" in page and "2,480" in page  # file and kernel count
-    for section in ("verdict", "time", "steps", "roofline", "kernels", "categories", "findings", "capture"):
+    for section in ("verdict", "time", "steps", "stream-timeline", "roofline", "kernels", "categories", "findings",
+                    "capture"):
         assert f'id="{section}"' in page
     top = data["top_kernels"][0]
     assert str(escape(top["short_name"])) in page and "42.6%" in page
-    assert page.count("data-chart-spec=") == 4  # phases, steps, roofline, categories
+    assert page.count("data-chart-spec=") == 6  # phases, steps, roofline, categories, 2 timeline steps
 
 
 def test_sample_chart_specs_carry_the_data(sample: tuple[dict, str]) -> None:
     data, page = sample
     specs = {m.group(1): json.loads(m.group(2)) for m in
              re.finditer(r'<script type="application/json" data-chart-spec="(\w+)">(.*?)</script>', page, re.S)}
-    assert set(specs) == {"phases", "steps", "roofline", "categories"}
+    assert set(specs) == {"phases", "steps", "roofline", "categories", "timeline_0_0", "timeline_0_15"}
     values = {name: chart_rows(spec) for name, spec in specs.items()}
     roofs = {row["roof"] for row in values["roofline"] if "roof" in row}
     assert {"bf16/fp16", "fp8/int8"} <= roofs
@@ -142,7 +143,7 @@ def test_vllm_h100_report_is_small_and_says_costs_are_missing(vllm: tuple[dict, 
     assert "NVIDIA H100 SXM5 80GB" in page and "13,508" in page
     assert "No FLOP/byte costs exist for this trace" in page
     assert 'data-chart-spec="roofline"' not in page  # no empty roofline chart
-    assert page.count("data-chart-spec=") == 3
+    assert page.count("data-chart-spec=") == 5  # phases, steps, categories, the prefill and decode timelines
     assert "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x128x64" in page
 
 
@@ -218,7 +219,7 @@ def test_trace_strings_stay_inert(hostile: tuple[dict, str]) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # shown, as text
     assert '"quotes"' not in visible_text(page)
     blocks = JSON_BLOCK.findall(page)
-    assert len(blocks) == 4
+    assert len(blocks) == 6  # 4 charts and 2 timeline steps
     for block in blocks:
         assert "</script" not in block.lower() and "<" not in block and ">" not in block and "&" not in block
         json.loads(block)

@@ -26,6 +26,16 @@ TIME_PARTS = (  # the accounting terms, in stacking order, with their colours
     ("GPU idle", "#f2a541"),
     ("outside GPU", "#bab0ac"),
 )
+# Vega's tableau20, written out so the category chart and the timeline give a category the same colour
+TABLEAU20 = ("#4c78a8", "#9ecae9", "#f58518", "#ffbf79", "#54a24b", "#88d27a", "#b79a20", "#f2cf5b", "#439894",
+             "#83bcb6", "#e45756", "#ff9d98", "#79706e", "#bab0ac", "#d67195", "#fcbfd2", "#b279a2", "#d6a5c9",
+             "#9e765f", "#d8b5a5")
+COMMUNICATION_COLOR = "#8e0152"  # no tableau20 colour is near it: communication stands out next to compute
+LANE_PX = 24  # height of one timeline lane
+TIMELINE_COLORS = {  # the timeline's marks that are not kernels
+    "memcpy": "#1f3b73", "memset": "#5b3f8c", "launch call": "#6e7781", "copy call": "#2f6feb", "sync call": "#cf222e",
+    "idle: host_wait": "#f2a541", "idle: sync_drain": "#e07b91", "idle: bubble": "#f5d76e", "idle: unknown": "#c9c9c9",
+}
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 
 
@@ -244,6 +254,126 @@ def roofline(data: dict[str, Any]) -> alt.Chart | None:
     return _config(chart)
 
 
+def category_colors(data: dict[str, Any]) -> dict[str, str]:
+    """One colour per kernel category, most kernel time first, shared by the category chart and the timeline."""
+    totals: dict[str, float] = {}
+    for c in data["categories"]:
+        totals[c["category"] or "none"] = totals.get(c["category"] or "none", 0.0) + (c["time_ns"] or 0)
+    order = sorted(totals, key=lambda c: (-totals[c], c))
+    palette = iter(TABLEAU20 * (1 + len(order) // len(TABLEAU20)))
+    return {c: COMMUNICATION_COLOR if c == "communication" else next(palette) for c in order}
+
+
+def timeline_chart_name(step: dict[str, Any]) -> str:
+    """The chart id of a drawn step (a word, as the page's chart ids are)."""
+    return f"timeline_{step['rank']}_{step['step_id']}"
+
+
+def _scaled(expr: str) -> str:
+    """3 significant digits below 100 units, whole units with thousands separators above."""
+    return f"({expr} < 100 ? format({expr}, '.3~r') : format({expr}, ',.0f'))"
+
+
+def _duration(field: str) -> str:
+    """A Vega expression writing a ns field as units.duration does: '7.14 ms', '912 µs', '1,234 ms'."""
+    value = f"datum.{field}"
+    parts = [f"{value} >= {scale:g} ? {_scaled(f'{value} / {scale:g}')} + ' {unit}'" for unit, scale in fmt.TIME_UNITS]
+    return " : ".join([*parts, f"format({value}, 'd') + ' ns'"])
+
+
+def _lane_rows(step: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """The step's bars as the chart draws them, one dataset per layer, with the step's names looked up once."""
+    labels = {lane["lane"]: lane["label"] for lane in step["lanes"]}
+
+    def bar(row: dict[str, Any], what: str) -> dict[str, Any]:
+        return {"y": labels[row["lane"]], "w": what, "n": row["name"], "o": row["offset_ns"], "s": row["span_ns"],
+                "d": row["dur_ns"], "c": row["count"]}
+
+    def roof(row: dict[str, Any]) -> str:
+        parts = [fmt.tflops(row["achieved_tflops"]) if row["achieved_tflops"] is not None else None,
+                 fmt.tbps(row["achieved_tbps"]) if row["achieved_tbps"] is not None else None,
+                 f"{fmt.percent(row['pct_of_roof'])} of roof" if row["pct_of_roof"] is not None else None]
+        return ", ".join(p for p in parts if p)
+
+    def kernel(row: dict[str, Any]) -> dict[str, Any]:
+        dtype = row["dtype"] or ("not in the name" if row["count"] == 1 else "mixed or unknown")
+        category = (row["category"] if row["categories"] == 1
+                    else f"{row['categories']} categories, most time {row['category']}")
+        return {**bar(row, row["category"]), "t": dtype, "m": category}
+
+    kernels = [kernel(k) for k in step["kernels"]]
+    figures = [roof(k) for k in step["kernels"]]
+    return {
+        "kernels": [k for k, r in zip(kernels, figures) if not r],
+        "costed": [{**k, "r": r} for k, r in zip(kernels, figures) if r],
+        "memops": [{**bar(m, m["kind"]), "b": fmt.size(m["bytes"])} for m in step["memops"]],
+        "calls": [bar(c, f"{c['kind']} call") for c in step["calls"]],
+        "gaps": [bar(g, f"idle: {g['idle_kind']}") for g in step["gaps"]],
+        "names": [{"i": i, "name": _label(name)} for i, name in enumerate(step["names"])],
+    }
+
+
+def step_lanes(step: dict[str, Any], colors: dict[str, str]) -> alt.LayerChart | None:
+    """One step as lanes: host calls on top, then per GPU its idle gaps and its streams' kernels and memops,
+    coloured by category (communication taller, in its own colour), on a time axis from the step's start."""
+    rows = _lane_rows(step)
+    if not any(rows[layer] for layer in ("kernels", "costed", "memops", "calls", "gaps")):
+        return None
+    unit, unit_ns = fmt.time_unit(step["wall_ns"] or 1)
+    present = [c for c in colors if any(k["w"] == c for k in (*rows["kernels"], *rows["costed"]))]
+    present += sorted({k["w"] for k in (*rows["kernels"], *rows["costed"])} - set(colors))
+    others = [w for w in TIMELINE_COLORS
+              if any(r["w"] == w for layer in ("memops", "calls", "gaps") for r in rows[layer])]
+    domain = present + others
+    palette = [colors.get(w) or TIMELINE_COLORS.get(w) or "#888" for w in domain]
+    lanes = [lane["label"] for lane in step["lanes"]]
+    x = alt.X("x0:Q", title=f"{unit} from the step start",
+              scale=alt.Scale(domain=[0, round(step["wall_ns"] / unit_ns, 6)], nice=False, zero=True))
+    y = alt.Y("y:N", sort=lanes, title=None, axis=alt.Axis(labelLimit=220))
+    color = alt.Color("w:N", title="colour", scale=alt.Scale(domain=domain, range=palette),
+                      legend=alt.Legend(orient="bottom", columns=4, symbolType="square"))
+    timing = [alt.Tooltip("start:N", title="start"), alt.Tooltip("duration:N", title="duration")]
+    merged = [alt.Tooltip("c:Q", title="merged marks", format=","), alt.Tooltip("extent:N", title="bar spans")]
+
+    # communication kernels fill their lane's whole height (the rest 70%) in a colour of their own
+    tall = alt.condition("datum.w === 'communication'", alt.value(LANE_PX - 2), alt.value(round(0.7 * LANE_PX)))
+
+    def layer(name: str, tooltip: list[alt.Tooltip], kernels: bool = False) -> alt.Chart:
+        base = alt.Chart(alt.NamedData(name)).transform_lookup(
+            lookup="n", from_=alt.LookupData(data=alt.NamedData("names"), key="i", fields=["name"]),
+        ).transform_calculate(
+            x0=f"datum.o / {unit_ns:g}", x1=f"(datum.o + datum.s) / {unit_ns:g}",
+            op="datum.s > 0 ? max(0.35, min(1, datum.d / datum.s)) : 1",  # a merged bar is as solid as it is busy
+            start=f"'+' + ({_duration('o')})", duration=_duration("d"), extent=_duration("s"))
+        chart = base.mark_bar(clip=True).encode(
+            x=x, x2="x1:Q", y=y, color=color, opacity=alt.Opacity("op:Q", scale=None, legend=None), tooltip=tooltip)
+        return chart.encode(size=tall if kernels else alt.value(round(0.7 * LANE_PX)))
+
+    kernel_tip = [alt.Tooltip("name:N", title="kernel"), *timing, alt.Tooltip("m:N", title="category"),
+                  alt.Tooltip("t:N", title="dtype")]
+    layers = []
+    if rows["gaps"]:
+        layers.append(layer("gaps", [alt.Tooltip("w:N", title="GPU"), *timing, alt.Tooltip("name:N", title="ended by"),
+                                     *merged]))
+    if rows["calls"]:
+        layers.append(layer("calls", [alt.Tooltip("name:N", title="host call"), alt.Tooltip("w:N", title="kind"),
+                                      *timing, *merged]))
+    if rows["memops"]:
+        layers.append(layer("memops", [alt.Tooltip("name:N", title="memop"), *timing, alt.Tooltip("b:N", title="bytes"),
+                                       *merged]))
+    for name, extra in (("kernels", []), ("costed", [alt.Tooltip("r:N", title="roofline")])):
+        if rows[name]:
+            layers.append(layer(name, [*kernel_tip, *extra, *merged], kernels=True))
+    chart = alt.layer(*layers).properties(width=WIDTH - 180, height=max(60, LANE_PX * len(lanes)))
+    if step["note"]:  # a coarser drawing says so on the chart itself: the note's clauses, one a line
+        head, _, clauses = step["note"].partition(": ")
+        chart = chart.properties(title=alt.TitleParams(
+            f"{head}:", subtitle=[c.rstrip(".") for c in clauses.split("; ")],
+            anchor="start", fontSize=12, color="#b35900", subtitleColor="#b35900", subtitleFontSize=11))
+    chart.datasets = {name: values for name, values in rows.items() if values}
+    return _config(chart)
+
+
 def categories(data: dict[str, Any]) -> alt.Chart | None:
     """Stacked bars: each phase's kernel time by category."""
     rows = [{"phase": c["phase"] or "none", "category": c["category"] or "none", "ms": _ms(c["time_ns"]),
@@ -251,10 +381,8 @@ def categories(data: dict[str, Any]) -> alt.Chart | None:
             for c in data["categories"] if c["time_ns"]]
     if not rows:
         return None
-    totals: dict[str, float] = {}
-    for r in rows:
-        totals[r["category"]] = totals.get(r["category"], 0.0) + r["ms"]
-    order = sorted(totals, key=lambda c: (-totals[c], c))
+    colors = category_colors(data)
+    order = list(colors)
     for r in rows:
         r["rank"] = order.index(r["category"])
     phases = _ordered_phases([r["phase"] for r in rows])
@@ -262,7 +390,8 @@ def categories(data: dict[str, Any]) -> alt.Chart | None:
         y=alt.Y("phase:N", sort=phases, title=None),
         x=alt.X("ms:Q", stack="zero", title="kernel time (ms)"),
         color=alt.Color("category:N", sort=order, title="category",
-                        scale=alt.Scale(domain=order, scheme="tableau20"), legend=alt.Legend(orient="right", columns=1)),
+                        scale=alt.Scale(domain=order, range=list(colors.values())),
+                        legend=alt.Legend(orient="right", columns=1)),
         order=alt.Order("rank:Q"),
         tooltip=[alt.Tooltip("phase:N"), alt.Tooltip("category:N"), alt.Tooltip("kernels:Q", format=","),
                  alt.Tooltip("ms:Q", title="ms", format=",.3f"), alt.Tooltip("pct:Q", title="% of phase", format=".1f")],
@@ -275,5 +404,9 @@ def build(data: dict[str, Any]) -> dict[str, alt.TopLevelMixin | None]:
     """All charts of the page by section id; None where a section has nothing to draw."""
     if not data["summary"]["kernels"]:
         return {}
-    return {"phases": phase_time(data), "steps": step_timeline(data), "roofline": roofline(data),
-            "categories": categories(data)}
+    charts = {"phases": phase_time(data), "steps": step_timeline(data), "roofline": roofline(data),
+              "categories": categories(data)}
+    colors = category_colors(data)
+    for step in data["timeline"]["steps"]:
+        charts[timeline_chart_name(step)] = step_lanes(step, colors)
+    return charts

@@ -7,6 +7,7 @@ rendered again or compared without the trace.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import duckdb
@@ -15,9 +16,11 @@ from traceview.analysis.budget import BUCKETS, IDLE_KINDS
 from traceview.analysis.intervals import busy_time_sql
 from traceview.model import db
 from traceview.model.db import dict_rows
+from traceview.report.finding_windows import finding_windows
+from traceview.report.timeline import FocusStep, build_timeline
 from traceview.rules.engine import CheckResult
 from traceview.rules.loader import severity_order_sql
-from traceview.units import size
+from traceview.units import duration, size
 
 SCHEMA_VERSION = 1
 TOP_KERNELS = 25
@@ -28,6 +31,9 @@ PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "
                 "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
 DIAGNOSIS_ROWS = 10  # rows per diagnosis table (largest first)
 COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
+FIX_MIN_WORDS, FIX_MAX_CHARS = 3, 120  # the verdict's one-clause fix: cut at a clause break past its third word
+# the labels rule fixes give their per-profiler parts ('nsys: profile with ...'), by trace format
+FIX_LABELS = {"nsys": ("nsys", "Nsight Systems"), "kineto": ("PyTorch profiler", "PyTorch")}
 NO_ROOF_WORDS = {
     "no_gpu_spec": "no GPU spec matched; pass --gpu",
     "no_shapes": "no shapes recorded; profile with record_shapes=True (emit_nvtx(record_shapes=True) under nsys)",
@@ -137,8 +143,8 @@ def _phase_gap(phase: dict[str, Any]) -> str | None:
     if phase["pct_of_roof"] is not None:
         return None
     reason = phase["no_roof_reason"]
-    if reason == "low_coverage" and phase["coverage_pct"] is not None:
-        return f"too little costed: {phase['coverage_pct']:.0f}% of kernel time has costs"
+    if reason == "low_coverage" and phase["coverage_pct"]:
+        return f"too little costed: {_share(phase['coverage_pct'])} of kernel time has costs"
     return NO_ROOF_WORDS.get(reason, "no costs")
 
 
@@ -406,32 +412,100 @@ def _capture(con, result: CheckResult) -> dict[str, Any]:
     return {"diagnostics": diagnostics, "skipped_rules": [s.to_dict() for s in result.skipped]}
 
 
-def _verdict(data: dict[str, Any]) -> list[str]:
-    """Three lines: where the time went, which wall each phase hits, the top finding."""
-    summary, phases, findings = data["summary"], data["phases"], data["findings"]
-    if not summary["kernels"]:
-        return ["The trace holds no GPU kernels: nothing about GPU time can be measured.",
-                "See capture health below for what the capture reported.",
-                f"Top finding: {findings[0]['message']}" if findings else "No findings."]
+def _share(pct: float, digits: int = 0) -> str:
+    """A percentage that never reads as zero when it is not: '65%', '<1%' (digits=1: '0.4%', '<0.1%')."""
+    floor = 10.0 ** -digits
+    return f"<{floor:g}%" if 0 < pct < floor / 2 else f"{pct:.{digits}f}%"
+
+
+def _and(words: list[str]) -> str:
+    """'a', 'a and b', 'a, b and c'."""
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _slowest_line(summary: dict[str, Any], phases: list[dict[str, Any]]) -> str:
+    """What is slow: the phase holding the most step time, and how busy the GPU's SMs are."""
     copies = summary["copies"]
     copy_note = ""
     if copies["busy_pct"] is not None and (copies["busy_pct"] > summary["kernel_busy_pct"] or copies["busy_pct"] >= COPY_NOTE_PCT):
         rate = f" at {copies['gbps']:.3g} GB/s" if copies["gbps"] is not None else ""
-        copy_note = f" (copies fill {copies['busy_pct']:.1f}%: {size(copies['bytes'])}{rate})"
-    top = max((p for p in phases if p["phase"] != "empty"), key=lambda p: p["gpu_busy_ns"] or 0, default=None)
-    where = (f"GPU busy {summary['kernel_busy_pct']:.1f}% of its active span with kernels{copy_note}; "
-             + (f"{top['phase']} steps take {100 * (top['gpu_busy_ns'] or 0) / max(sum(p['gpu_busy_ns'] or 0 for p in phases), 1):.0f}% of GPU time."
-                if top else "no steps were found."))
-    walls = []
-    for phase in phases:
-        if phase["bound"]:
-            roof = (f" at {phase['pct_of_roof']:.0f}% of its roof" if phase["pct_of_roof"] is not None else "")
-            gap = f", % of roof n/a: {phase['roofline_gap']}" if phase["roofline_gap"] else ""
-            walls.append(f"{phase['phase']} is {phase['bound']}-bound{roof} ({phase['bound_source'].replace('_', ' ')}){gap}")
-    wall = "; ".join(walls) + "." if walls else "No phase could be placed against the roofline."
-    top_finding = (f"Top finding: {findings[0]['message']} (up to {findings[0]['estimated_saving_ns'] / 1e6:.1f} ms)"
-                   if findings else "No findings.")
-    return [where, wall[0].upper() + wall[1:], top_finding]
+        copy_note = f" (copies fill {_share(copies['busy_pct'], 1)}: {size(copies['bytes'])}{rate})"
+    busy = f"GPU busy {_share(summary['kernel_busy_pct'], 1)} of its active span with kernels{copy_note}"
+    worked = [p for p in phases if p["phase"] != "empty" and p["time_ns"]]
+    if not worked:
+        return f"{busy}; no steps were found."
+    slowest = max(worked, key=lambda p: (p["time_ns"], p["phase"]))
+    total = sum(p["time_ns"] or 0 for p in phases)
+    steps = f"{slowest['steps']} step{'' if slowest['steps'] == 1 else 's'}"
+    who = "Steps of no known phase" if slowest["phase"] == "unknown" else f"{slowest['phase'].capitalize()} steps"
+    share = _share(100 * slowest["time_ns"] / total)
+    return f"{who} take {share} of the step time ({steps}, {duration(slowest['time_ns'])}); {busy}."
+
+
+def _wall_line(phases: list[dict[str, Any]]) -> str:
+    """Which wall: each phase's bound and how close it runs to that roof, slowest phase first; where the % of
+    roof is unknown, why."""
+    worked = sorted((p for p in phases if p["phase"] != "empty" and p["time_ns"]), key=lambda p: -p["time_ns"])
+    walls = [f"{p['phase']} is {p['bound']}-bound"
+             + (f" at {_share(p['pct_of_roof'])} of its roof" if p["pct_of_roof"] is not None else "")
+             + f" ({(p['bound_source'] or 'unknown source').replace('_', ' ')})" for p in worked if p["bound"]]
+    unknown: dict[str, list[str]] = {}
+    for phase in worked:
+        if phase["roofline_gap"]:
+            unknown.setdefault(phase["roofline_gap"], []).append(phase["phase"])
+    if not walls:
+        reasons = "; ".join(unknown) if len(unknown) == 1 else "; ".join(
+            f"{_and(names)}: {gap}" for gap, names in unknown.items())
+        return "No phase could be placed against the roofline" + (f": {reasons}." if reasons else ".")
+    gaps = [f"no % of roof for {_and(names)}: {gap}" for gap, names in unknown.items()]
+    line = "; ".join([", ".join(walls)] + gaps) + "."
+    return line[0].upper() + line[1:]
+
+
+def _fix_summary(finding: dict[str, Any], trace_format: str | None) -> str:
+    """The fix in one clause. A fix written in labelled parts ('host wait: ...', 'nsys: ...') gives the part for
+    the budget bucket holding most of the finding's saving, else the part for the trace's profiler; the
+    clause is cut at its first break past the opening words."""
+    text = " ".join(str(finding.get("fix") or "").split())
+    buckets: dict[str, int] = {}
+    for claim in (finding.get("evidence") or {}).get("step_savings") or []:
+        buckets[claim["bucket"]] = buckets.get(claim["bucket"], 0) + claim["ns"]
+    labels = [b.removeprefix("idle_").replace("_", " ") for b in sorted(buckets, key=lambda b: (-buckets[b], b))]
+    for label in labels + list(FIX_LABELS.get(trace_format or "", ())):
+        part = re.search(rf"(?:^|(?<=\. )){re.escape(label)}: (.*?)(?=\. [A-Za-z][\w ]*: |$)", text)
+        if part:
+            text = part.group(1)
+            break
+    text = re.split(r"(?<=[\w)\]'`])\. (?=[A-Z])", text)[0].rstrip(".")
+    breaks = [m.start() for m in re.finditer(r"; |: | \(", text) if len(text[:m.start()].split()) >= FIX_MIN_WORDS]
+    text = text[:breaks[0]] if breaks else text
+    if len(text) > FIX_MAX_CHARS:
+        text = text[:FIX_MAX_CHARS].rsplit(" ", 1)[0] + "…"
+    return text[0].lower() + text[1:] if len(text) > 1 and text[1].islower() else text
+
+
+def _first_fix_line(findings: list[dict[str, Any]], trace_format: str | None) -> str:
+    """What to do: the top finding's problem, its fix and what it could save."""
+    if not findings:
+        return "No rule fired: nothing to fix first."
+    top = findings[0]
+    title = top["title"][0].lower() + top["title"][1:] if top["title"][1:2].islower() else top["title"]
+    saving = (f", up to {duration(top['estimated_saving_ns'])}"
+              + (f", {_share(top['share_pct'], 1)} of the span" if top.get("share_pct") is not None else "")
+              if top["estimated_saving_ns"] else ", no saving estimated")
+    fix = _fix_summary(top, trace_format)
+    return f"Top finding ({top['rule']}{saving}): {title}" + (f"; fix: {fix}." if fix else ".")
+
+
+def _verdict(data: dict[str, Any]) -> list[str]:
+    """The first screen in three lines: what is slow (the phase with the most step time), which wall it hits
+    and how far from it, and what to do first (the top finding's fix and saving)."""
+    summary, phases, findings = data["summary"], data["phases"], data["findings"]
+    first_fix = _first_fix_line(findings, data["trace"]["format"])
+    if not summary["kernels"]:
+        return ["The trace holds no GPU kernels: nothing about GPU time can be measured.",
+                "See capture health below for what the capture reported.", first_fix]
+    return [_slowest_line(summary, phases), _wall_line(phases), first_fix]
 
 
 def check_document(trace: str, result: CheckResult) -> dict[str, Any]:
@@ -461,7 +535,8 @@ def trace_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     }
 
 
-def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: str) -> dict[str, Any]:
+def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: str,
+                 focus_step: FocusStep | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "generator": {"name": "traceview", "version": version},
@@ -475,9 +550,10 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: s
         "kernel_families": _kernel_families(con),
         "categories": _categories(con),
         "roofline": _roofline(con),
-        "findings": [f.to_dict() for f in result.findings],
+        "findings": finding_windows(con, [f.to_dict() for f in result.findings]),
         "capture": _capture(con, result),
         "diagnosis": _diagnosis(con),
+        "timeline": build_timeline(con, focus_step),
     }
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
     data["verdict"] = _verdict(data)

@@ -26,6 +26,35 @@ def cell(value: Any, limit: int = MAX_NAME) -> str:
     return text
 
 
+def _time_or_none(ns: int | None) -> str:
+    """A time that says 'none' rather than '0 ns'."""
+    return duration(ns) if ns else "none"
+
+
+def _time_cell(ns: int | None) -> str:
+    """A table cell for a time: a dash rather than '0 ns'."""
+    return duration(ns) if ns else "—"
+
+
+def _small_percent(pct: float | None) -> str:
+    """A percentage that does not read as zero when it is not: '<0.1%'."""
+    return "<0.1%" if pct is not None and 0 < pct < 0.05 else percent(pct)
+
+
+def _rate(gbps: float | None) -> str:
+    """GB/s with one decimal, or two significant digits below 0.05 (a trickle is not '0.0')."""
+    return f"{gbps:.2g}" if gbps is not None and 0 < gbps < 0.05 else number(gbps, 1)
+
+
+def _where(finding: dict[str, Any]) -> str:
+    """Where a finding points ('step 4, rank 0'), from its window; empty when it has none."""
+    window = finding.get("window")
+    if not window:
+        return ""
+    return (f"step {window['step_id']}, rank {window['rank']}" if window["step_id"] is not None
+            else f"rank {window['rank']}, outside steps")
+
+
 def _busy_lines(summary: dict[str, Any]) -> list[str]:
     """Kernel busy time, copies and memsets, and communication under compute: each its own figure."""
     rows = ["| GPU work | count | busy | of active span | bytes | GB/s |", "|---|---:|---:|---:|---:|---:|",
@@ -34,16 +63,16 @@ def _busy_lines(summary: dict[str, Any]) -> list[str]:
     for label, key in (("copies", "copies"), ("memsets", "memsets")):
         ops = summary[key]
         if ops["count"]:
-            rows.append(f"| {label} | {number(ops['count'])} | {duration(ops['busy_ns'])} | {percent(ops['busy_pct'])} "
-                        f"| {size(ops['bytes'])} | {number(ops['gbps'], 1)} |")
+            rows.append(f"| {label} | {number(ops['count'])} | {duration(ops['busy_ns'])} | {_small_percent(ops['busy_pct'])} "
+                        f"| {size(ops['bytes'])} | {_rate(ops['gbps'])} |")
             rows += [f"| ↳ {cell(k['copy_kind'])} | {number(k['count'])} | {duration(k['time_ns'])} | | {size(k['bytes'])} "
-                     f"| {number(k['gbps'], 1)} |" for k in ops["by_kind"]]
+                     f"| {_rate(k['gbps'])} |" for k in ops["by_kind"]]
     comm = summary["communication"]
     if comm:
         total = sum(c["comm_ns"] for c in comm)
         exposed = sum(c["exposed_ns"] for c in comm)
-        rows += ["", f"Communication {duration(total)} over {len(comm)} device(s): {duration(total - exposed)} under compute, "
-                     f"{duration(exposed)} exposed."]
+        rows += ["", f"Communication {duration(total)} over {len(comm)} device(s): {_time_or_none(total - exposed)} under compute, "
+                     f"{_time_or_none(exposed)} exposed."]
     return rows + [""]
 
 
@@ -71,7 +100,7 @@ def _diagnosis_lines(diagnosis: dict[str, Any]) -> list[str]:
                   "|---|---:|" + "---:|" * len(used)]
         lines += [f"| {cell(b['phase'])} ({number(b['steps'])} steps) | {duration(b['wall_ns'])} | "
                   + " | ".join(f"{duration(b[key])} ({percent(100.0 * b[key] / b['wall_ns'] if b['wall_ns'] else None)})"
-                               for _, key in used) + " |" for b in budget]
+                               if b[key] else "—" for _, key in used) + " |" for b in budget]
     gaps = diagnosis["gap_causes"][:3]
     if gaps:
         lines += ["", "Longest GPU idle gaps and the host work under them:"]
@@ -104,23 +133,28 @@ def render(data: dict[str, Any]) -> str:
         lines += ["| phase | steps | wall | kernel busy | copies | bound | % of roof | TB/s | TFLOP/s |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
         for p in data["phases"]:
-            bound = f"{p['bound']} ({p['bound_source'].replace('_', ' ')})" if p["bound"] else "n/a"
-            lines.append(f"| {p['phase']} | {number(p['steps'])} | {duration(p['time_ns'])} | {duration(p.get('kernel_busy_ns'))} "
-                         f"| {duration(p.get('copy_busy_ns'))} | {bound} | {percent(p['pct_of_roof'])} "
+            bound = f"{p['bound']} ({p['bound_source'].replace('_', ' ')})" if p["bound"] else "unknown"
+            lines.append(f"| {p['phase']} | {number(p['steps'])} | {duration(p['time_ns'])} | {_time_cell(p.get('kernel_busy_ns'))} "
+                         f"| {_time_cell(p.get('copy_busy_ns'))} | {bound} | {percent(p['pct_of_roof'])} "
                          f"| {number(p['achieved_tbps'], 2)} | {number(p['achieved_tflops'], 1)} |")
-        gaps = [f"{p['phase']}: {p['roofline_gap']}" for p in data["phases"] if p.get("roofline_gap")]
-        if gaps:
-            lines += ["", "<sub>No roofline figure for " + cell("; ".join(gaps), 600) + "</sub>"]
+        unknown: dict[str, list[str]] = {}
+        for p in data["phases"]:
+            if p.get("roofline_gap"):
+                unknown.setdefault(p["roofline_gap"], []).append(p["phase"])
+        if unknown:
+            gaps = "; ".join(f"{' and '.join(names)}: {gap}" for gap, names in unknown.items())
+            lines += ["", "<sub>No roofline figure for " + cell(gaps, 600) + "</sub>"]
         lines.append("")
     findings = data["findings"]
     lines.append(f"### Findings ({len(findings)})")
     lines.append("")
     if findings:
-        lines += ["| rule | severity | saving | finding |", "|---|---|---:|---|"]
+        lines += ["| rule | severity | saving | where | finding |", "|---|---|---:|---|---|"]
         for f in findings[:TOP_FINDINGS]:
-            lines.append(f"| {f['rule']} | {f['severity']} | {duration(f['estimated_saving_ns'])} | {cell(f['message'], 300)} |")
+            lines.append(f"| {f['rule']} | {f['severity']} | {_time_cell(f['estimated_saving_ns'])} | {_where(f)} "
+                         f"| {cell(f['message'], 300)} |")
         if len(findings) > TOP_FINDINGS:
-            lines.append(f"| | | | … {len(findings) - TOP_FINDINGS} more in the HTML/JSON report |")
+            lines.append(f"| | | | | … {len(findings) - TOP_FINDINGS} more in the HTML/JSON report |")
     else:
         lines.append("No findings.")
     lines.append("")

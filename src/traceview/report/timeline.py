@@ -1,0 +1,277 @@
+"""ReportData `timeline`: the moments the report's numbers come from, as lanes a reader can look at.
+
+For the slowest step of each phase (by the wall time it owns) and the step named with `--focus-step`,
+every kernel and memop the step launched on a lane per (device, stream), the device's idle gaps inside
+the step's GPU span with their `idle_kind`, and above them the host calls that launched the work (and
+the synchronising calls on those threads) on a lane per thread. Offsets are integer ns from the step's
+start. A step holding more than MAX_MARKS marks is drawn coarser, never cut: adjacent marks of one lane
+and group (kernel category, memop kind, call kind, idle kind) that are shorter than a resolution and
+closer than it are merged into one bar with a count and the summed duration (marks longer than the
+resolution stay as they are), and the step's `note` says so.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+
+from traceview import units as fmt
+from traceview.errors import TraceviewError
+from traceview.model.db import dict_rows
+
+# Bars per step: vLLM H100 decode (3,247 marks) fits whole; its prefill (4,140) and bolongcheng's training step
+# (11,403) merge; a page of such steps stays under 2 MB and draws in about a second in Chromium.
+MAX_MARKS = 4_000
+# Merge levels tried in turn until a step fits: the resolution is the step's wall time over the divisor, and
+# whether kernels merge within one category only (coarse levels merge a lane's adjacent kernels of any category).
+LEVELS = ((0, True), (16_000, True), (8_000, True), (4_000, True), (2_000, True), (1_000, True),
+          (4_000, False), (2_000, False), (1_000, False), (500, False), (250, False), (125, False))
+BIN = 4  # a merged bar stays inside one bin of this many resolutions: sub-pixel work merges, visible work stays
+_FOCUS = re.compile(r"^\s*(?:(\d+)\s*:\s*)?(\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class FocusStep:
+    """A step the user names: `N` (step_id N of the lowest rank) or `R:N`."""
+
+    rank: int | None
+    step_id: int
+
+    @classmethod
+    def parse(cls, text: str) -> FocusStep:
+        match = _FOCUS.match(text)
+        if not match:
+            raise TraceviewError(f"--focus-step {text!r}: expected N (a step of the lowest rank) or RANK:N")
+        return cls(int(match.group(1)) if match.group(1) is not None else None, int(match.group(2)))
+
+    def __str__(self) -> str:
+        return f"{self.step_id}" if self.rank is None else f"{self.rank}:{self.step_id}"
+
+
+_STEPS = """
+    SELECT s.rank, s.step_id, s.phase, s.start_ns, s.end_ns, s.end_ns - s.start_ns AS wall_ns, b.wall_ns AS owned_ns,
+           s.gpu_start_ns, s.gpu_end_ns, s.kernels, s.memops
+    FROM steps s LEFT JOIN step_budget b ON b.rank = s.rank AND b.step_id = s.step_id
+"""
+
+# Every mark of one step: kernels and memops it launched, the calls that launched them, synchronising calls on
+# those threads inside the window, and its devices' idle gaps clipped to its GPU span. `grp` is what merges.
+_MARKS = f"""
+    step AS (SELECT * FROM ({_STEPS}) WHERE rank = $rank AND step_id = $step_id),
+    k AS (
+        SELECT k.kernel_id, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.dur_ns, k.launch_call_id,
+               coalesce(k.name, k.short_name, '') AS name, coalesce(k.category, 'other') AS category, k.dtype,
+               r.flops, r.bytes, r.achieved_tflops, r.achieved_tbps, r.pct_of_roof
+        FROM kernels k LEFT JOIN roofline_kernels r ON r.rank = k.rank AND r.kernel_id = k.kernel_id
+        WHERE k.rank = $rank AND k.step_id = $step_id
+    ),
+    m AS (SELECT * FROM memops WHERE rank = $rank AND step_id = $step_id),
+    linked AS (
+        SELECT DISTINCT launch_call_id AS call_id, 'launch' AS call_kind FROM k WHERE launch_call_id IS NOT NULL
+        UNION
+        SELECT DISTINCT a.call_id, 'copy' FROM m JOIN api_calls a
+            ON a.rank = m.rank AND a.pid = m.pid AND a.correlation_id = m.correlation_id
+    ),
+    calls AS (
+        SELECT a.*, min(l.call_kind) AS call_kind  -- 'copy' before 'launch': a call feeding both is a copy
+        FROM api_calls a JOIN linked l USING (call_id) WHERE a.rank = $rank GROUP BY ALL
+    ),
+    syncs AS (
+        SELECT a.*, 'sync' AS call_kind FROM api_calls a, step s
+        WHERE a.rank = $rank AND a.is_sync AND a.start_ns >= s.start_ns AND a.start_ns < s.end_ns
+          AND EXISTS (SELECT 1 FROM calls c WHERE c.pid = a.pid AND c.tid = a.tid)
+          AND a.call_id NOT IN (SELECT call_id FROM calls)
+    ),
+    devices AS (SELECT device_id FROM k UNION SELECT device_id FROM m),
+    marks AS (
+        SELECT 'kernel' AS kind, 2 AS lane_order, device_id, stream_id, NULL::BIGINT AS pid, NULL::BIGINT AS tid,
+               kernel_id AS seq, start_ns, end_ns, dur_ns, name, category AS grp, dtype, NULL::BIGINT AS bytes,
+               CASE WHEN achieved_tflops IS NOT NULL THEN flops END AS costed_flops,
+               CASE WHEN achieved_tflops IS NOT NULL THEN dur_ns END AS flops_ns,
+               CASE WHEN achieved_tbps IS NOT NULL THEN bytes END AS costed_bytes,
+               CASE WHEN achieved_tbps IS NOT NULL THEN dur_ns END AS bytes_ns,
+               pct_of_roof * dur_ns / 100 AS floor_ns, CASE WHEN pct_of_roof IS NOT NULL THEN dur_ns END AS roof_ns
+        FROM k
+        UNION ALL
+        SELECT kind, 2, device_id, stream_id, NULL, NULL, memop_id, start_ns, end_ns, dur_ns, coalesce(name, kind),
+               kind, NULL, bytes, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM m
+        UNION ALL
+        SELECT 'call', 0, NULL, NULL, pid, tid, call_id, start_ns, end_ns, dur_ns, name, call_kind, NULL, NULL,
+               NULL, NULL, NULL, NULL, NULL, NULL
+        FROM (SELECT * FROM calls UNION ALL BY NAME SELECT * FROM syncs)
+        UNION ALL
+        SELECT 'idle', 1, g.device_id, NULL, NULL, NULL, g.start_ns, greatest(g.start_ns, s.gpu_start_ns),
+               least(g.end_ns, s.gpu_end_ns), least(g.end_ns, s.gpu_end_ns) - greatest(g.start_ns, s.gpu_start_ns),
+               g.name, g.idle_kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM gpu_idle_gaps g, step s
+        WHERE g.rank = $rank AND g.device_id IN (SELECT device_id FROM devices)
+          AND g.end_ns > s.gpu_start_ns AND g.start_ns < s.gpu_end_ns
+    ),
+    laned AS (  -- host threads first, then per device its idle lane and its streams
+        SELECT *, dense_rank() OVER (ORDER BY lane_order > 0, device_id, lane_order, stream_id, pid, tid) - 1 AS lane
+        FROM marks
+    )"""
+
+# Per merge level, which marks open a new bar: a mark joins the one before it on its lane when both are shorter
+# than the resolution, of one group (at coarse levels kernels of any category) and in one bin of BIN resolutions
+# from the step's start, and it starts less than the resolution after the lane's work before it ends.
+_FLAGGED = f"""
+    WITH {_MARKS},
+    levels AS (SELECT unnest($resolutions) AS resolution_ns, unnest($by_category) AS by_category,
+                      generate_subscripts($resolutions, 1) AS level),
+    keyed AS (
+        SELECT l.level, l.resolution_ns, d.*,
+               CASE WHEN d.kind = 'kernel' AND NOT l.by_category THEN 'kernel' ELSE d.grp END AS merge_key
+        FROM laned d, levels l
+    ),
+    flagged AS (
+        SELECT *, CASE WHEN resolution_ns > 0 AND merge_key = lag(merge_key) OVER w
+                            AND dur_ns < resolution_ns AND lag(dur_ns) OVER w < resolution_ns
+                            AND (start_ns - $step_start) // (resolution_ns * $bin) = (lag(start_ns) OVER w - $step_start)
+                                // (resolution_ns * $bin)
+                            AND start_ns - max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+                                < resolution_ns
+                       THEN 0 ELSE 1 END AS opens
+        FROM keyed WINDOW w AS (PARTITION BY level, lane ORDER BY start_ns, seq)
+    )"""
+
+_COUNTS = f"""{_FLAGGED}
+    SELECT level, sum(opens)::BIGINT AS bars FROM flagged GROUP BY level ORDER BY level"""
+
+_BARS = f"""{_FLAGGED},
+    runs AS (SELECT *, sum(opens) OVER (PARTITION BY lane ORDER BY start_ns, seq) AS run FROM flagged),
+    bars AS (
+        SELECT lane, kind, min(start_ns) - $step_start AS offset_ns, max(end_ns) - min(start_ns) AS span_ns,
+               sum(dur_ns)::BIGINT AS dur_ns, count(*) AS count, arg_max(name, dur_ns) AS name,
+               arg_max(grp, dur_ns) AS grp, count(DISTINCT grp) AS groups,
+               CASE WHEN count(DISTINCT dtype) = 1 AND count(dtype) = count(*) THEN any_value(dtype) END AS dtype,
+               sum(bytes)::BIGINT AS bytes,
+               sum(costed_flops) / nullif(sum(flops_ns), 0) / 1e3 AS achieved_tflops,
+               sum(costed_bytes) / nullif(sum(bytes_ns), 0) / 1e3 AS achieved_tbps,
+               100.0 * sum(floor_ns) / nullif(sum(roof_ns), 0) AS pct_of_roof
+        FROM runs GROUP BY lane, kind, run
+    ),
+    named AS (SELECT *, dense_rank() OVER (ORDER BY name) - 1 AS name_index FROM bars)
+    SELECT
+        (SELECT list(DISTINCT struct_pack(lane := lane, kind := CASE lane_order WHEN 0 THEN 'host' WHEN 1 THEN 'idle'
+                                                                           ELSE 'gpu' END,
+                                          device_id := device_id, stream_id := stream_id, pid := pid, tid := tid))
+         FROM laned) AS lanes,
+        (SELECT list(name ORDER BY name_index) FROM (SELECT DISTINCT name, name_index FROM named)) AS names,
+        (SELECT list(struct_pack(lane := lane, offset_ns := offset_ns, span_ns := span_ns, dur_ns := dur_ns,
+                                 count := count, name := name_index, category := grp, categories := groups,
+                                 dtype := dtype, achieved_tflops := achieved_tflops, achieved_tbps := achieved_tbps,
+                                 pct_of_roof := pct_of_roof) ORDER BY lane, offset_ns)
+         FROM named WHERE kind = 'kernel') AS kernels,
+        (SELECT list(struct_pack(lane := lane, offset_ns := offset_ns, span_ns := span_ns, dur_ns := dur_ns,
+                                 count := count, name := name_index, kind := kind, bytes := bytes)
+                     ORDER BY lane, offset_ns)
+         FROM named WHERE kind IN ('memcpy', 'memset')) AS memops,
+        (SELECT list(struct_pack(lane := lane, offset_ns := offset_ns, span_ns := span_ns, dur_ns := dur_ns,
+                                 count := count, name := name_index, kind := grp) ORDER BY lane, offset_ns)
+         FROM named WHERE kind = 'call') AS calls,
+        (SELECT list(struct_pack(lane := lane, offset_ns := offset_ns, span_ns := span_ns, dur_ns := dur_ns,
+                                 count := count, name := name_index, idle_kind := grp) ORDER BY lane, offset_ns)
+         FROM named WHERE kind = 'idle') AS gaps,
+        (SELECT struct_pack(kernels := count(*) FILTER (WHERE kind = 'kernel'),
+                            kernel_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0)::BIGINT,
+                            memops := count(*) FILTER (WHERE kind IN ('memcpy', 'memset')),
+                            calls := count(*) FILTER (WHERE kind = 'call'),
+                            gaps := count(*) FILTER (WHERE kind = 'idle'),
+                            gap_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'idle'), 0)::BIGINT)
+         FROM flagged) AS held"""
+
+
+def build_timeline(con: duckdb.DuckDBPyConnection, focus_step: FocusStep | None = None) -> dict[str, Any]:
+    """The steps the HTML timeline draws, each with its lanes and bars (docs/report-json.md `timeline`)."""
+    chosen = _chosen(con, focus_step)
+    return {"max_marks": MAX_MARKS, "steps": [_step(con, step) for step in chosen]}
+
+
+def _chosen(con: duckdb.DuckDBPyConnection, focus: FocusStep | None) -> list[dict[str, Any]]:
+    """The slowest step of each phase with GPU work (owned wall time, else wall time), and the focus step; in
+    time order, each with the sentence that says why it is drawn."""
+    slowest = dict_rows(con, f"""
+        SELECT * FROM ({_STEPS}) WHERE phase <> 'empty' AND kernels + memops > 0
+        QUALIFY row_number() OVER (PARTITION BY phase ORDER BY coalesce(owned_ns, wall_ns) DESC, rank, step_id) = 1""")
+    reasons = {(s["rank"], s["step_id"]): [f"slowest {s['phase']} step"] for s in slowest}
+    steps = {(s["rank"], s["step_id"]): s for s in slowest}
+    focus_key = None
+    if focus is not None:
+        step = _focus(con, focus)
+        focus_key = (step["rank"], step["step_id"])
+        reasons.setdefault(focus_key, []).append(f"focus step (--focus-step {focus})")
+        steps[focus_key] = step
+    out = []
+    for key, step in sorted(steps.items(), key=lambda item: (item[1]["rank"], item[1]["start_ns"], item[0])):
+        time_ns = step["owned_ns"] if step["owned_ns"] is not None else step["wall_ns"]
+        why = " and ".join(reasons[key])
+        out.append({**step, "focus": key == focus_key,
+                    "why": f"{why}: step {step['step_id']} on rank {step['rank']}, {fmt.duration(time_ns)}"})
+    return out
+
+
+def _focus(con: duckdb.DuckDBPyConnection, focus: FocusStep) -> dict[str, Any]:
+    """The focus step's row; a step the trace does not have is the user's error, named with what exists."""
+    ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM trace_info ORDER BY rank").fetchall()]
+    rank = focus.rank if focus.rank is not None else (ranks[0] if ranks else 0)
+    if rank not in ranks:
+        listed = ", ".join(map(str, ranks)) or "none"
+        raise TraceviewError(f"--focus-step {focus}: no rank {rank} in the trace (ranks: {listed})")
+    rows = dict_rows(con, f"SELECT * FROM ({_STEPS}) WHERE rank = ? AND step_id = ?", [rank, focus.step_id])
+    if rows:
+        return rows[0]
+    first, last = con.execute("SELECT min(step_id), max(step_id) FROM steps WHERE rank = ?", [rank]).fetchall()[0]
+    held = f"steps {first}–{last}" if first is not None else "it has no steps"
+    raise TraceviewError(f"no step {focus.step_id} on rank {rank} ({held})")
+
+
+def levels(wall_ns: int) -> list[tuple[int, bool]]:
+    """The merge levels for a step of this wall time: (resolution in ns, kernels merge within a category only)."""
+    return [(0 if divisor == 0 else max(1, math.ceil(wall_ns / divisor)), by_category)
+            for divisor, by_category in LEVELS]
+
+
+def _step(con: duckdb.DuckDBPyConnection, step: dict[str, Any]) -> dict[str, Any]:
+    """One drawn step: the first merge level whose bars fit MAX_MARKS (the last one if none does)."""
+    params = {"rank": step["rank"], "step_id": step["step_id"], "step_start": step["start_ns"], "bin": BIN}
+    options = levels(step["wall_ns"])
+    bars = dict(con.execute(_COUNTS, {**params, "resolutions": [r for r, _ in options],
+                                      "by_category": [b for _, b in options]}).fetchall())
+    fitting = [level for level in range(1, len(options) + 1) if bars.get(level, 0) <= MAX_MARKS]
+    resolution, by_category = options[(fitting[0] if fitting else len(options)) - 1]
+    rows = dict_rows(con, _BARS, {**params, "resolutions": [resolution], "by_category": [by_category]})[0]
+    lanes = sorted(rows["lanes"] or [], key=lambda lane: lane["lane"])
+    drawn = {kind: rows[kind] or [] for kind in ("kernels", "memops", "calls", "gaps")}
+    out = {key: step[key] for key in ("rank", "step_id", "phase", "why", "focus", "start_ns", "end_ns", "wall_ns",
+                                       "owned_ns", "gpu_start_ns", "gpu_end_ns")}
+    return {**out, "lanes": [{**lane, "label": _lane_label(lane, lanes)} for lane in lanes],
+            "names": rows["names"] or [], **drawn, "held": rows["held"],
+            "resolution_ns": resolution or None, "merged_across_categories": bool(resolution) and not by_category,
+            "note": _note(rows["held"], drawn, resolution, by_category)}
+
+
+def _lane_label(lane: dict[str, Any], lanes: list[dict[str, Any]]) -> str:
+    if lane["kind"] == "host":
+        pids = {other["pid"] for other in lanes if other["kind"] == "host"}
+        return f"host thread {lane['tid']}" + (f" (pid {lane['pid']})" if len(pids) > 1 else "")
+    if lane["kind"] == "idle":
+        return f"GPU {lane['device_id']} idle"
+    return f"GPU {lane['device_id']} stream {lane['stream_id']}"
+
+
+def _note(held: dict[str, Any], drawn: dict[str, list], resolution: int, by_category: bool) -> str | None:
+    """What the chart merges, in words; None when every mark is drawn as it is."""
+    if not resolution:
+        return None
+    kernels = "kernels of one category only" if by_category else "kernels of any category"
+    labels = {"kernels": "kernels", "memops": "memops", "calls": "host calls", "gaps": "idle gaps"}
+    merged = [f"{fmt.number(held[kind])} {label} into {fmt.number(len(drawn[kind]))} bars"
+              for kind, label in labels.items() if held[kind] > len(drawn[kind])]
+    return (f"More than {fmt.number(MAX_MARKS)} marks, so adjacent marks of one lane and kind shorter and closer "
+            f"than {fmt.duration(resolution)} are merged ({kernels}): " + "; ".join(merged) + ".")
