@@ -127,7 +127,7 @@ def test_nsys_export_without_target_info_gpu_is_inferred_sm80_and_tv301_fires(tm
 
     ratios = [r for s in load_specs() if s.architecture in covered and "fp32" in s.peak_tflops
               for r in [kept_share(s.peak_tflops)] if r is not None]
-    assert finding.message.startswith("6 FP32 GEMM kernels (1 kinds) took 5.16 ms, 86.0% of GPU kernel time")
+    assert finding.message.startswith("6 FP32 GEMM kernels (1 kernel name) took 5.16 ms, 86.0% of GPU kernel time")
     assert finding.estimated_saving_ns == round(6 * 860_000 * (1 - max(ratios)))
     assert 0 < finding.estimated_saving_ns < 6 * 860_000 * 0.51  # at least 2x from BF16 on any sm80+ GPU
 

@@ -129,10 +129,10 @@ def _build_slices(con: duckdb.DuckDBPyConnection) -> None:
     """)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _ct_slices AS
-        SELECT row_number() OVER (ORDER BY r.start_ns, greatest(r.end_ns, r.start_ns) DESC, r.source, r.rank,
+        SELECT row_number() OVER (ORDER BY r.start_ns, CASE WHEN r.end_ns < r.start_ns THEN r.start_ns ELSE r.end_ns END DESC, r.source, r.rank,
                                            r.source_id) AS slice_id,
                r.source, r.rank, r.source_id, g.group_id, g.nests, 0 AS lane,
-               r.start_ns, greatest(r.end_ns, r.start_ns) AS end_ns
+               r.start_ns, CASE WHEN r.end_ns < r.start_ns THEN r.start_ns ELSE r.end_ns END AS end_ns
         FROM _ct_raw r
         JOIN _ct_groups g USING (process_kind, process_rank, process_id, thread_kind, thread_id)
         WHERE r.start_ns IS NOT NULL AND r.end_ns IS NOT NULL

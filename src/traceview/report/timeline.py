@@ -105,10 +105,10 @@ _MARKS = f"""
                NULL, NULL, NULL, NULL, NULL, NULL
         FROM (SELECT * FROM calls UNION ALL BY NAME SELECT * FROM syncs)
         UNION ALL
-        SELECT 'idle', 1, g.device_id, NULL, NULL, NULL, g.start_ns, greatest(g.start_ns, s.gpu_start_ns),
-               least(g.end_ns, s.gpu_end_ns), least(g.end_ns, s.gpu_end_ns) - greatest(g.start_ns, s.gpu_start_ns),
-               g.name, g.idle_kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-        FROM gpu_idle_gaps g, step s
+        SELECT 'idle', 1, g.device_id, NULL, NULL, NULL, g.start_ns, lo, hi, hi - lo, g.name, g.idle_kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+        FROM gpu_idle_gaps g, step s,  -- the gap clipped to the step's GPU span (both bounds known: see WHERE)
+             LATERAL (SELECT CASE WHEN g.start_ns < s.gpu_start_ns THEN s.gpu_start_ns ELSE g.start_ns END AS lo,
+                             CASE WHEN g.end_ns > s.gpu_end_ns THEN s.gpu_end_ns ELSE g.end_ns END AS hi)
         WHERE g.rank = $rank AND g.device_id IN (SELECT device_id FROM devices)
           AND g.end_ns > s.gpu_start_ns AND g.start_ns < s.gpu_end_ns
     ),
