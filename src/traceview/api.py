@@ -12,6 +12,7 @@ import duckdb
 import polars as pl
 
 from traceview import __version__
+from traceview import profiling
 from traceview.errors import TraceviewError
 from traceview.ingest import ingest
 from traceview.model import db
@@ -185,7 +186,8 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
         return Trace(_open_saved(cached, memory_limit), source)
     con = connect(memory_limit)
     try:
-        ingest(source, con)
+        with profiling.step("ingest", source.name, lambda: con.execute("SELECT count(*) FROM kernels").fetchone()[0]):
+            ingest(source, con)
     except BaseException:
         con.close()
         raise

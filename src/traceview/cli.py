@@ -6,13 +6,14 @@ import json
 import os
 import sys
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import click
 import duckdb
 import polars as pl
 
-from traceview import api, workflow
+from traceview import api, profiling, workflow
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.files import write_atomically
@@ -302,6 +303,23 @@ def explain(ctx: click.Context, rule_id: str) -> None:
     click.echo(explain_text(matches[0], config))
 
 
+def _profile_option(func):
+    return click.option("--profile", "profile", is_flag=True,
+                        help="Print on stderr where the time went: wall time and rows per ingest, analysis stage, "
+                             "rule and output.")(func)
+
+
+@contextmanager
+def _profiled(enabled: bool):
+    """Collect the command's profile and print it on stderr when it succeeds (`--profile`)."""
+    if not enabled:
+        yield
+        return
+    with profiling.collect() as profile:
+        yield
+    click.echo(profile.table(), err=True, nl=False)
+
+
 def _fail_on_option(func):
     return click.option("--fail-on", type=click.Choice(SEVERITIES),
                         help="Exit 1 when a finding reaches this severity (default: error, or fail-on in the config).")(func)
@@ -318,7 +336,8 @@ def _make_parent(path: Path) -> None:
 def _write(outputs: dict[Renderer, Path | None], document) -> None:
     """Each format of a document to its file, or to stdout (None)."""
     for renderer, target in outputs.items():
-        content = renderer.render(document)
+        with profiling.step("render", renderer.name, lambda: len(content)):
+            content = renderer.render(document)
         if target is None:
             if renderer.binary:
                 sys.stdout.buffer.write(content)
@@ -338,10 +357,11 @@ def _write(outputs: dict[Renderer, Path | None], document) -> None:
               help="Suppress the findings recorded in this baseline file.")
 @click.option("--write-baseline", type=click.Path(path_type=Path, dir_okay=False),
               help="Record the current findings as the baseline and exit 0.")
+@_profile_option
 @_rule_config_options
 @_analysis_options
 def check(trace: Path, fmt: str, fail_on: str | None, baseline: Path | None, write_baseline: Path | None,
-          **kwargs) -> None:
+          profile: bool, **kwargs) -> None:
     """Run the rules on TRACE and print findings ranked by the time fixing them could save.
 
     Exit code 0 when no finding reaches --fail-on, 1 when one does, 2 on bad input.
@@ -356,13 +376,14 @@ def check(trace: Path, fmt: str, fail_on: str | None, baseline: Path | None, wri
     analysis = _analysis(kwargs)
     config, loaded = _rule_setup(kwargs, fail_on=fail_on, baseline=baseline)
     options = workflow.CheckOptions.configured(analysis, config, loaded, baseline=not write_baseline)
-    with api.load(trace) as loaded_trace:
-        result = workflow.check(loaded_trace, options)
-    if write_baseline:
-        save_baseline(write_baseline, result.findings)
-        click.echo(f"wrote {write_baseline} ({len(result.findings)} findings)", err=True)
-        return
-    _write({CHECK[fmt]: None}, check_document(str(trace), result))
+    with _profiled(profile):
+        with api.load(trace) as loaded_trace:
+            result = workflow.check(loaded_trace, options)
+        if write_baseline:
+            save_baseline(write_baseline, result.findings)
+            click.echo(f"wrote {write_baseline} ({len(result.findings)} findings)", err=True)
+            return
+        _write({CHECK[fmt]: None}, check_document(str(trace), result))
     if result.reaches(config.fail_on):
         sys.exit(1)
 
@@ -386,9 +407,11 @@ def _formats_help(registry: Registry) -> str:
 @click.option("--format", "formats", default=",".join(REPORT.defaults()), show_default=True, help=_formats_help(REPORT))
 @click.option("--focus-step", metavar="STEP",
               help="Also draw this step in the timeline: N (step N of the lowest rank) or RANK:N.")
+@_profile_option
 @_rule_config_options
 @_analysis_options
-def report(trace: Path | None, output: str | None, formats: str, focus_step: str | None, **kwargs) -> None:
+def report(trace: Path | None, output: str | None, formats: str, focus_step: str | None, profile: bool,
+           **kwargs) -> None:
     """Write the report for TRACE: one self-contained HTML file, a Markdown summary, versioned JSON.
 
     With no TRACE it runs on the bundled sample trace. Findings in the configuration's baseline are
@@ -410,10 +433,11 @@ def report(trace: Path | None, output: str | None, formats: str, focus_step: str
             raise TraceviewError("no TRACE given and the bundled sample trace is not available")
     chosen = REPORT.parse(formats)
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
-    with api.load(trace) as loaded:
-        outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
-        data = workflow.report(loaded, options, focus_step=focus)
-    _write(outputs, data)
+    with _profiled(profile):
+        with api.load(trace) as loaded:
+            outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
+            data = workflow.report(loaded, options, focus_step=focus)
+        _write(outputs, data)
 
 
 def _audit_outputs(func):

@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import polars as pl
 
-from traceview import __version__, api
+from traceview import __version__, api, profiling
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.report.chrome_trace import ExportSummary, write_chrome_trace
@@ -66,7 +66,9 @@ def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult |
            focus_step: FocusStep | None = None) -> dict[str, Any]:
     """ReportData for the trace; `result` reuses a check already run on it with these options; `focus_step`
     adds that step to the timeline."""
-    return build_report(trace.con, result or check(trace, options), __version__, focus_step=focus_step)
+    result = result or check(trace, options)
+    with profiling.step("report", "report data"):
+        return build_report(trace.con, result, __version__, focus_step=focus_step)
 
 
 def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSummary:

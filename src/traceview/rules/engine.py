@@ -16,6 +16,7 @@ from typing import Any
 
 import duckdb
 
+from traceview import profiling
 from traceview.analysis.budget import BUCKETS
 from traceview.model import db
 from traceview.model.db import plain
@@ -263,12 +264,15 @@ def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
             skipped.append(Skipped(rule.id, rule.title, "; ".join(reasons)))
             continue
         try:
-            findings += run_rule(con, rule, config.params_for(rule), config.severity_for(rule), spans)
+            with profiling.step("rules", rule.id, lambda: len(found)):
+                found = run_rule(con, rule, config.params_for(rule), config.severity_for(rule), spans)
+            findings += found
         except (duckdb.Error, ValueError, KeyError, IndexError) as exc:
             skipped.append(Skipped(rule.id, rule.title, f"rule failed: {str(exc).splitlines()[0]}"))
             continue
         run.append(rule.id)
-    findings = grant_savings(con, findings, spans)
+    with profiling.step("rules", "savings ledger", lambda: len(findings)):
+        findings = grant_savings(con, findings, spans)
     kept = [f for f in findings if f.fingerprint not in known]
     kept.sort(key=lambda f: (-f.estimated_saving_ns, -SEVERITIES.index(f.severity), f.rule, f.key))
     return CheckResult(tuple(kept), tuple(skipped), tuple(run), len(findings) - len(kept))

@@ -1,0 +1,73 @@
+"""`--profile`: where a command's time goes, per stage, analysis module, rule and output.
+
+Timing is opt-in and costs nothing when off: code marks its steps with `profiling.step(kind, name)`, which
+records into the profile a command started with `profiling.collect()` and is a no-op otherwise (a context
+variable, so nothing is threaded through signatures). Rows touched are counted only while profiling: for an
+analysis stage, the rows of the relations it creates; for a rule, the findings it returned.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Entry:
+    kind: str  # ingest, analysis, rules, report, render
+    name: str
+    wall_s: float
+    rows: int | None = None
+
+
+@dataclass
+class Profile:
+    entries: list[Entry] = field(default_factory=list)
+
+    def table(self) -> str:
+        """The profile as aligned text, slowest first within each kind, with each kind's total."""
+        lines = [f"{'kind':<9} {'step':<34} {'wall s':>8} {'share':>6} {'rows':>12}"]
+        total = sum(e.wall_s for e in self.entries) or 1.0
+        for kind in dict.fromkeys(e.kind for e in self.entries):
+            entries = [e for e in self.entries if e.kind == kind]
+            for e in sorted(entries, key=lambda e: -e.wall_s):
+                rows = "" if e.rows is None else f"{e.rows:,}"
+                lines.append(f"{kind:<9} {e.name:<34} {e.wall_s:>8.3f} {100 * e.wall_s / total:>5.1f}% {rows:>12}")
+            subtotal = sum(e.wall_s for e in entries)
+            lines.append(f"{kind:<9} {'(total)':<34} {subtotal:>8.3f} {100 * subtotal / total:>5.1f}%")
+        lines.append(f"{'all':<9} {'':<34} {total:>8.3f}")
+        return "\n".join(lines) + "\n"
+
+
+_current: contextvars.ContextVar[Profile | None] = contextvars.ContextVar("traceview_profile", default=None)
+
+
+@contextmanager
+def collect() -> Iterator[Profile]:
+    """Record every `step` inside the block into a new Profile."""
+    profile = Profile()
+    token = _current.set(profile)
+    try:
+        yield profile
+    finally:
+        _current.reset(token)
+
+
+def active() -> bool:
+    return _current.get() is not None
+
+
+@contextmanager
+def step(kind: str, name: str, rows: Callable[[], int | None] | None = None) -> Iterator[None]:
+    """Time the block as one entry; `rows`, called after it and only while profiling, counts what it touched."""
+    profile = _current.get()
+    if profile is None:
+        yield
+        return
+    start = time.perf_counter()
+    yield
+    wall = time.perf_counter() - start
+    profile.entries.append(Entry(kind, name, wall, rows() if rows else None))

@@ -1,0 +1,62 @@
+"""`--profile`: one line per ingest, analysis stage, rule and output, with the rows each touched."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import traceview
+from traceview.analysis.pipeline import STAGES
+from traceview.testing import llm_serving_spec, write_kineto
+
+LINE = re.compile(r"^(\w+)\s+(.+?)\s+(\d+\.\d{3})\s+(\d+\.\d)%\s*([\d,]*)$")
+
+
+def traceview_cli(*args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory) -> Path:
+    return write_kineto(llm_serving_spec(), tmp_path_factory.mktemp("profile") / "serve.json.gz")
+
+
+def profile_rows(stderr: str) -> dict[tuple[str, str], tuple[float, int | None]]:
+    rows = {}
+    for line in stderr.splitlines():
+        match = LINE.match(line)
+        if match and match.group(2) != "(total)":
+            rows[(match.group(1), match.group(2))] = (float(match.group(3)),
+                                                      int(match.group(5).replace(",", "")) if match.group(5) else None)
+    return rows
+
+
+def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: Path, tmp_path: Path) -> None:
+    result = traceview_cli("report", trace, "--profile", "--format", "md,json", "-o", tmp_path / "r.md")
+    assert result.returncode == 0, result.stderr
+    rows = profile_rows(result.stderr)
+    assert {name for kind, name in rows if kind == "analysis"} == {stage.name for stage in STAGES}
+    assert {("render", "md"), ("render", "json"), ("report", "report data"), ("rules", "savings ledger")} <= rows.keys()
+    with traceview.load(trace) as loaded:
+        loaded.analyze()
+        kernels = loaded.scalar("SELECT count(*) FROM kernels")
+        budget_rows = loaded.scalar("SELECT count(*) FROM step_budget")  # the stage's one table (and a view)
+    assert rows[("ingest", trace.name)][1] == kernels == 2480
+    assert rows[("analysis", "step_budget")][1] == budget_rows == 27  # 26 steps and the time outside them
+    assert rows[("render", "md")][1] == len((tmp_path / "r.md").read_text())
+    assert ("rules", "TV201") in rows and rows[("rules", "TV201")][1] == 1  # the rule's one finding
+    total = float(re.search(r"^all\s+(\d+\.\d{3})$", result.stderr, re.M).group(1))
+    assert sum(wall for wall, _ in rows.values()) == pytest.approx(total, abs=0.001 * len(rows))
+
+
+def test_check_profile_and_no_profile_without_the_flag(trace: Path) -> None:
+    profiled = traceview_cli("check", trace, "--profile", "--format", "json")
+    assert profiled.returncode == 0, profiled.stderr
+    assert ("rules", "TV202") in profile_rows(profiled.stderr) and profiled.stdout.startswith("{")
+    plain = traceview_cli("check", trace, "--format", "json")
+    assert profile_rows(plain.stderr) == {} and plain.stdout == profiled.stdout
