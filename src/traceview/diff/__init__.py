@@ -16,7 +16,6 @@ from traceview.diff import attribution, comparability, stats
 
 DIFF_VERSION = 2
 KERNEL_STATUSES = ("slower", "new", "gone", "faster")
-VERDICTS = stats.VERDICTS
 
 
 def _pct(base: float | None, head: float | None) -> float | None:

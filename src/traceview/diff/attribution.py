@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from traceview import units
+from traceview.analysis.budget import IDLE_KINDS
 
-IDLE_KINDS = ("host_wait", "sync_drain", "bubble", "unknown")
 MAX_FAMILIES = 8  # families named in the attribution; the rest are one "other families" part
 
 

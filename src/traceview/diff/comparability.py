@@ -77,11 +77,12 @@ def assess(base: list[dict[str, Any]], head: list[dict[str, Any]]) -> dict[str, 
     checks.append(_check("gpu", 1.0 if same_gpu else 0.0, same_gpu,
                          f"same GPU ({gpus['base'][0]})" if same_gpu else
                          f"GPU changed: {', '.join(gpus['base'])} → {', '.join(gpus['head'])}"))
-    counts = {"base": sorted({_gpu_count(r) or 0 for r in base}), "head": sorted({_gpu_count(r) or 0 for r in head})}
+    counts = {side: sorted({str(_gpu_count(r) or "unknown") for r in reports})  # unknown is not 0 GPUs
+              for side, reports in (("base", base), ("head", head))}
     same_count = len(counts["base"]) == 1 and counts["base"] == counts["head"]
     checks.append(_check("gpu_count", 1.0 if same_count else 0.0, same_count,
                          f"same GPU count ({counts['base'][0]})" if same_count else
-                         f"GPU count changed: {', '.join(map(str, counts['base']))} → {', '.join(map(str, counts['head']))}"))
+                         f"GPU count changed: {', '.join(counts['base'])} → {', '.join(counts['head'])}"))
     mix = {"base": _phase_mix(base), "head": _phase_mix(head)}
     phases = sorted(mix["base"].keys() | mix["head"].keys())
     distance = 0.5 * sum(abs(mix["base"].get(p, 0.0) - mix["head"].get(p, 0.0)) for p in phases)

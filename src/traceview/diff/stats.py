@@ -24,7 +24,6 @@ MAX_RESAMPLES = 2000
 MIN_RESAMPLES = 400
 DRAW_BUDGET = 4_000_000  # resampled step draws per comparison, so a side of 10,000 steps stays fast
 SEED = 0  # fixed: the same runs give the same interval, byte for byte
-VERDICTS = ("regression", "improvement", "neutral", "inconclusive")
 
 
 def quantile(ordered: Sequence[float], q: float) -> float:
