@@ -11,7 +11,7 @@ from __future__ import annotations
 import duckdb
 
 from traceview.analysis.intervals import (busy_before_sql, busy_islands_sql, busy_time_sql,
-                                           islands_with_time_before_sql, with_prev_end_sql)
+                                           islands_from_prev_end_sql, islands_with_time_before_sql, with_prev_end_sql)
 from traceview.analysis.stage import Relation, Stage
 
 TABLES: dict[str, tuple[str, dict[str, str]]] = {
@@ -242,10 +242,16 @@ def build_activity(con: duckdb.DuckDBPyConnection) -> None:
     _build_launch_queue_depth(con)
     _build_device_activity(con)
     _build_busiest_device(con)
+    # a rank with one device has that device's islands, read off gpu_activity's own prev_end_ns
+    one_device = ("rank IN (SELECT rank FROM gpu_activity GROUP BY rank "
+                  "HAVING count(DISTINCT device_id) = 1 AND count(device_id) = count(*))")
+    device_islands = islands_from_prev_end_sql(f"SELECT * FROM gpu_activity WHERE {one_device}", ("rank", "device_id"))
+    rank_islands = busy_islands_sql(f"SELECT rank, start_ns, end_ns FROM gpu_activity WHERE NOT {one_device}", ("rank",))
     con.execute(f"""
         CREATE OR REPLACE TABLE rank_busy_islands AS
-        SELECT rank, lo AS start_ns, hi AS end_ns
-        FROM ({busy_islands_sql("SELECT rank, start_ns, end_ns FROM gpu_activity", ("rank",))})
+        SELECT rank, lo AS start_ns, hi AS end_ns FROM ({device_islands})
+        UNION ALL
+        SELECT rank, lo, hi FROM ({rank_islands})
         ORDER BY rank, start_ns
     """)
     _build_comm_islands(con)
@@ -290,28 +296,34 @@ def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
             LEFT JOIN kernels k ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
             LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
         ),
-        launched AS NOT MATERIALIZED (
-            -- the first call of the work's correlation id
-            SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id, g.name, g.step_id,
-                   g.pid, g.correlation_id,
+        first_calls AS (
+            -- the first call of each correlation id that ended a gap, found once per id
+            SELECT a.rank, a.pid, a.correlation_id,
                    arg_min(struct_pack(call_id := a.call_id, start_ns := a.start_ns, tid := a.tid),
                            (a.start_ns, a.call_id)) AS c
+            FROM api_calls a
+            SEMI JOIN ended g ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
+            GROUP BY a.rank, a.pid, a.correlation_id
+        ),
+        called AS MATERIALIZED (
+            SELECT g.*, f.c.call_id, f.c.start_ns AS call_start_ns, f.c.tid AS call_tid
             FROM gaps g
-            LEFT JOIN api_calls a ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
-            GROUP BY ALL
+            LEFT JOIN first_calls f ON f.rank = g.rank AND f.pid = g.pid AND f.correlation_id = g.correlation_id
         ),
-        called AS NOT MATERIALIZED (
-            SELECT * EXCLUDE (c), c.call_id, c.start_ns AS call_start_ns, c.tid AS call_tid FROM launched
-        ),
-        waited AS NOT MATERIALIZED (
-            -- whether the launching thread sat in a host-blocking call (a synchronize, a blocking memcpy)
-            -- during the gap
-            SELECT g.*, count(s.call_id) > 0 AS in_sync
+        synced AS (
+            -- the gaps during which the launching thread sat in a host-blocking call (a synchronize, a
+            -- blocking memcpy): few, so found by an inner join and marked on the rest by key
+            SELECT DISTINCT g.rank, g.device_id, g.kind, g.activity_id
             FROM called g
-            LEFT JOIN ({BLOCKING_CALLS}) s
+            JOIN ({BLOCKING_CALLS}) s
               ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.call_id <> g.call_id
              AND s.start_ns < g.end_ns AND s.end_ns > g.start_ns
-            GROUP BY ALL
+        ),
+        waited AS NOT MATERIALIZED (
+            SELECT g.*, y.activity_id IS NOT NULL AS in_sync
+            FROM called g
+            LEFT JOIN synced y ON y.rank = g.rank AND y.device_id = g.device_id AND y.kind = g.kind
+                              AND y.activity_id = g.activity_id
         ),
         caused AS NOT MATERIALIZED (
             SELECT * EXCLUDE (in_sync),
@@ -393,7 +405,9 @@ def _build_launch_queue_depth(con: duckdb.DuckDBPyConnection) -> None:
 def _build_device_activity(con: duckdb.DuckDBPyConnection) -> None:
     """Per device: islands and gaps partition the span, so busy time is the span less its gaps."""
     device = ("rank", "device_id")
-    kernel_busy = busy_time_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels", device)
+    # only where memops share the timeline do kernels alone need a union of their own
+    kernel_busy = busy_time_sql("SELECT rank, device_id, start_ns, end_ns FROM kernels WHERE (rank, device_id) IN "
+                                "(SELECT DISTINCT rank, device_id FROM memops)", device)
     comm_islands = busy_islands_sql(f"SELECT rank, device_id, start_ns, end_ns FROM ({_COMM})", device)
     con.execute(f"""
         CREATE OR REPLACE TABLE device_activity AS
@@ -406,11 +420,14 @@ def _build_device_activity(con: duckdb.DuckDBPyConnection) -> None:
             SELECT rank, device_id, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
                    sum(CASE WHEN start_ns > prev_end_ns THEN start_ns - prev_end_ns ELSE 0 END)::BIGINT AS idle_ns,
                    count(*) FILTER (WHERE start_ns > prev_end_ns) AS gaps,
-                   sum(dur_ns) FILTER (WHERE kind = 'kernel')::BIGINT AS kernel_ns
+                   sum(dur_ns) FILTER (WHERE kind = 'kernel')::BIGINT AS kernel_ns,
+                   count(*) FILTER (WHERE kind = 'memop') AS memops
             FROM gpu_activity GROUP BY rank, device_id
         )
         SELECT s.rank, s.device_id, s.first_ns, s.last_ns, s.last_ns - s.first_ns AS span_ns,
-               s.last_ns - s.first_ns - s.idle_ns AS busy_ns, s.kernel_ns, k.busy_ns AS kernel_busy_ns,
+               s.last_ns - s.first_ns - s.idle_ns AS busy_ns, s.kernel_ns,
+               CASE WHEN s.memops = 0 AND s.device_id IS NOT NULL THEN s.last_ns - s.first_ns - s.idle_ns
+                    ELSE k.busy_ns END AS kernel_busy_ns,
                s.idle_ns, s.gaps, n.comm_kernels, c.comm_ns, c.comm_exposed_ns
         FROM spans s
         LEFT JOIN ({kernel_busy}) k ON k.rank = s.rank AND k.device_id = s.device_id

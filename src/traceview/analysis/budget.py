@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import duckdb
 
-from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql
+from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql, time_before_sql
 from traceview.analysis.stage import Relation, Stage
 
 IDLE_KINDS = ("host_wait", "sync_drain", "bubble", "unknown")
@@ -98,9 +98,21 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
             WHERE g.hi > g.lo
             GROUP BY g.rank, g.lo, g.hi
         ),
-        all_busy AS ({islands_with_time_before_sql("SELECT rank, start_ns, end_ns FROM rank_busy_islands", ("rank",))}),
-        kernel_busy AS ({islands_with_time_before_sql(kernels, ("rank",))}),
-        compute_busy AS ({islands_with_time_before_sql(compute, ("rank",))}),
+        -- the rank's islands are those of all its work; a rank without memops has the same kernel islands,
+        -- and one without communication kernels the same compute islands: each union is built once
+        memop_ranks AS (SELECT DISTINCT rank FROM gpu_activity WHERE kind = 'memop'),
+        comm_ranks AS (SELECT DISTINCT rank FROM gpu_activity WHERE category = 'communication'),
+        all_busy AS ({time_before_sql("SELECT rank, start_ns AS lo, end_ns AS hi FROM rank_busy_islands", ("rank",))}),
+        kernel_busy AS (
+            SELECT * FROM all_busy WHERE rank NOT IN (SELECT rank FROM memop_ranks)
+            UNION ALL
+            {islands_with_time_before_sql(kernels + " AND rank IN (SELECT rank FROM memop_ranks)", ("rank",))}
+        ),
+        compute_busy AS (
+            SELECT * FROM kernel_busy WHERE rank NOT IN (SELECT rank FROM comm_ranks)
+            UNION ALL
+            {islands_with_time_before_sql(compute + " AND rank IN (SELECT rank FROM comm_ranks)", ("rank",))}
+        ),
         rank_gaps AS (
             -- gaps between the rank's busy islands; the kind is that of the device gap the next island's
             -- first activity ended (unknown when that activity was its device's first)

@@ -31,14 +31,30 @@ def busy_islands_sql(source: str, keys: tuple[str, ...], merge_gap_ns: str = "0"
     (an SQL expression, e.g. a parameter), which turns islands into bursts of work.
     """
     key_list = ", ".join(keys)
+    ordered = with_prev_end_sql(f"SELECT {key_list}, start_ns, end_ns FROM ({source})", keys)
+    return islands_from_prev_end_sql(ordered, keys, merge_gap_ns)
+
+
+def islands_from_prev_end_sql(ordered: str, keys: tuple[str, ...], merge_gap_ns: str = "0") -> str:
+    """busy_islands_sql for a relation that already carries `prev_end_ns` per key (with_prev_end_sql's, or a
+    table that kept it, such as gpu_activity), so its window is not computed again.
+
+    An island opens at each interval that starts past `prev_end_ns`, and ends where the next island's
+    opener says the work before it ended (its `prev_end_ns`), the last at the key's latest end: one
+    window over the openers instead of numbering every interval and grouping by island.
+    """
+    key_list = ", ".join(keys)
+    keyed = ", ".join(f"o.{key}" for key in keys)
+    joined = " AND ".join(f"o.{key} IS NOT DISTINCT FROM l.{key}" for key in keys)
     return f"""
-        SELECT {key_list}, min(start_ns) AS lo, max(end_ns) AS hi
-        FROM (
-            SELECT *, sum(CASE WHEN prev_end_ns IS NULL OR start_ns - prev_end_ns > {merge_gap_ns} THEN 1 ELSE 0 END)
-                      OVER (PARTITION BY {key_list} ORDER BY start_ns, end_ns ROWS UNBOUNDED PRECEDING) AS island
-            FROM ({with_prev_end_sql(f"SELECT {key_list}, start_ns, end_ns FROM ({source})", keys)})
-        )
-        GROUP BY {key_list}, island
+        WITH ordered AS (SELECT {key_list}, start_ns, end_ns, prev_end_ns FROM ({ordered})),
+        openers AS (
+            SELECT {key_list}, start_ns AS lo, prev_end_ns FROM ordered
+            WHERE prev_end_ns IS NULL OR start_ns - prev_end_ns > {merge_gap_ns}
+        ),
+        latest AS (SELECT {key_list}, max(end_ns) AS hi FROM ordered GROUP BY ALL)
+        SELECT {keyed}, o.lo, coalesce(lead(o.prev_end_ns) OVER (PARTITION BY {keyed} ORDER BY o.lo), l.hi) AS hi
+        FROM openers o JOIN latest l ON {joined}
     """
 
 
@@ -59,12 +75,18 @@ def islands_with_time_before_sql(source: str, keys: tuple[str, ...]) -> str:
     Busy time before any moment t is then one ASOF join away (`busy_before_sql`): the overlap of an
     interval [a, b) with the islands is B(b) - B(a), in O(n log n) where a range join compares every pair.
     """
+    return time_before_sql(busy_islands_sql(source, keys), keys)
+
+
+def time_before_sql(islands: str, keys: tuple[str, ...]) -> str:
+    """`islands` (keys..., lo, hi: disjoint intervals, such as busy_islands_sql yields or a table of them)
+    with `before`, the length of the islands before each one."""
     key_list = ", ".join(keys)
     return f"""
         SELECT {key_list}, lo, hi,
                coalesce(sum(hi - lo) OVER (PARTITION BY {key_list} ORDER BY lo
                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-        FROM ({busy_islands_sql(source, keys)})
+        FROM ({islands})
     """
 
 

@@ -234,14 +234,11 @@ def _add_gap_windows(con: duckdb.DuckDBPyConnection, gap_ns: int) -> None:
         f"""
         CREATE OR REPLACE TEMP TABLE _gap_bursts AS
         WITH bursts AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY lo) AS burst FROM ({bursts})),
-        heads AS (  -- the first kernels of each burst, in start order
-            SELECT b.rank, b.burst, k.name,
-                   row_number() OVER (PARTITION BY b.rank, b.burst ORDER BY k.start_ns, k.kernel_id) AS position
+        patterns AS (  -- the names of the first kernels of each burst, in start order: a top-n, not a sort
+            -- (wrapped, so an unnamed kernel keeps its place)
+            SELECT b.rank, b.burst, hash(list_transform(min_by(struct_pack(name := k.name), (k.start_ns, k.kernel_id), $head), lambda h: h.name)) AS pattern
             FROM kernels k ASOF JOIN bursts b ON k.rank = b.rank AND k.start_ns >= b.lo
-        ),
-        patterns AS (
-            SELECT rank, burst, hash(list(name ORDER BY position)) AS pattern
-            FROM heads WHERE position <= $head GROUP BY ALL
+            GROUP BY ALL
         )
         -- a copy-only burst has no kernel pattern: it is GPU work of the run, but repeats nothing
         SELECT b.rank, b.burst, b.lo, b.hi, p.pattern,
@@ -308,18 +305,23 @@ def _assign_work(con: duckdb.DuckDBPyConnection) -> None:
         """
         CREATE OR REPLACE TEMP TABLE _step_calls AS
         WITH step_threads AS (SELECT DISTINCT rank, pid, tid FROM _numbered_windows WHERE pid IS NOT NULL),
+        step_processes AS (SELECT DISTINCT rank, pid FROM step_threads),
+        -- only calls of processes with a thread's window are matched (windows of GPU bursts have no thread)
+        calls AS (
+            SELECT a.* FROM api_calls a SEMI JOIN step_processes p ON p.rank = a.rank AND p.pid = a.pid
+            WHERE a.correlation_id IS NOT NULL
+        ),
         own_thread AS (
             SELECT a.rank, a.pid, a.correlation_id, w.step_id
-            FROM api_calls a
+            FROM calls a
             ASOF JOIN _numbered_windows w
               ON a.rank = w.rank AND a.pid = w.pid AND a.tid = w.tid AND a.start_ns >= w.start_ns
-            WHERE a.correlation_id IS NOT NULL AND a.start_ns < w.end_ns
+            WHERE a.start_ns < w.end_ns
         ),
         other_thread AS (
             SELECT a.rank, a.pid, a.correlation_id, w.step_id
-            FROM (SELECT * FROM api_calls a
-                  WHERE correlation_id IS NOT NULL
-                    AND NOT EXISTS (SELECT 1 FROM step_threads t
+            FROM (SELECT * FROM calls a
+                  WHERE NOT EXISTS (SELECT 1 FROM step_threads t
                                     WHERE t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid)) a
             ASOF JOIN _numbered_windows w
               ON a.rank = w.rank AND a.pid = w.pid AND a.start_ns >= w.start_ns
@@ -411,9 +413,11 @@ def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatter
             FROM host_ranges r JOIN roles n USING (name)
             WHERE n.backward OR n.optimizer
         ),
-        memop_calls AS (
-            SELECT rank, pid, correlation_id, any_value(tid) AS tid, min(start_ns) AS call_ns
-            FROM api_calls WHERE correlation_id IS NOT NULL GROUP BY ALL
+        memop_calls AS (  -- the calls of the steps' memops only: grouping every API call costs as much as the rest
+            SELECT a.rank, a.pid, a.correlation_id, any_value(a.tid) AS tid, min(a.start_ns) AS call_ns
+            FROM api_calls a
+            SEMI JOIN _phase_memops m ON m.rank = a.rank AND m.pid = a.pid AND m.correlation_id = a.correlation_id
+            GROUP BY ALL
         ),
         work AS (
             SELECT k.rank, k.step_id, 'kernel' AS work, k.kernel_id AS work_id, k.start_ns, k.end_ns,
@@ -428,11 +432,15 @@ def _mark_training_work(con: duckdb.DuckDBPyConnection, patterns: TrainingPatter
         -- its thread: the union's islands are disjoint, so an ASOF join finds the only candidate
         backward_islands AS ({backward_islands}),
         optimizer_islands AS ({optimizer_islands}),
+        marked_threads AS (SELECT DISTINCT rank, pid, tid FROM marks),
         enclosed AS (
+            -- only work launched from a thread with such ranges is looked up (an inference trace has none)
             SELECT w.*, coalesce(b.hi >= w.call_ns, FALSE) AS in_backward, coalesce(o.hi >= w.call_ns, FALSE) AS in_optimizer
-            FROM work w
+            FROM (SELECT * FROM work SEMI JOIN marked_threads USING (rank, pid, tid)) w
             ASOF LEFT JOIN backward_islands b ON b.rank = w.rank AND b.pid = w.pid AND b.tid = w.tid AND b.lo <= w.call_ns
             ASOF LEFT JOIN optimizer_islands o ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.lo <= w.call_ns
+            UNION ALL
+            SELECT *, FALSE, FALSE FROM work ANTI JOIN marked_threads USING (rank, pid, tid)
         ),
         autograd_threads AS (
             SELECT rank, pid, tid FROM enclosed WHERE tid IS NOT NULL
@@ -503,7 +511,8 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
           ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
          AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns AND o.seq_len IS NOT NULL
         GROUP BY ALL"""
-    busy = busy_time_sql("SELECT rank, step_id, start_ns, end_ns FROM _step_work", ("rank", "step_id"))
+    busy = busy_time_sql("SELECT rank, step_id, start_ns, end_ns FROM _step_work SEMI JOIN mixed_roles USING (rank, step_id)",
+                         ("rank", "step_id"))
     role_busy = busy_time_sql("SELECT rank, step_id, train_role, start_ns, end_ns FROM _step_work",
                               ("rank", "step_id", "train_role"))
     con.execute(
@@ -532,14 +541,24 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
                    count(*) FILTER (WHERE train_role = 'other') AS other_work
             FROM _step_work GROUP BY ALL
         ),
+        busy_by_role AS ({role_busy}),
         role_busy AS (
             SELECT rank, step_id,
                    max(busy_ns) FILTER (WHERE train_role = 'backward') AS backward_ns,
                    max(busy_ns) FILTER (WHERE train_role = 'optimizer') AS optimizer_ns,
                    max(busy_ns) FILTER (WHERE train_role = 'other') AS other_ns
-            FROM ({role_busy}) GROUP BY ALL
+            FROM busy_by_role GROUP BY ALL
         ),
-        busy AS ({busy}),
+        -- a step whose work has one role is as busy as that role; only mixed steps merge their roles again
+        mixed_roles AS (
+            SELECT rank, step_id FROM roles
+            WHERE (backward_work > 0)::INT + (optimizer_work > 0)::INT + (other_work > 0)::INT > 1
+        ),
+        busy AS (
+            SELECT rank, step_id, busy_ns FROM busy_by_role ANTI JOIN mixed_roles USING (rank, step_id)
+            UNION ALL
+            SELECT rank, step_id, busy_ns FROM ({busy})
+        ),
         shapes AS ({shapes}),
         mapped AS ({_user_mapping_sql(con, phase_kernels)}),
         joined AS (
