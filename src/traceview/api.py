@@ -7,15 +7,18 @@ import os
 import re
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import polars as pl
 
 from traceview import __version__
-from traceview import profiling
+from traceview import memory, profiling
 from traceview.errors import TraceviewError
 from traceview.ingest import ingest
 from traceview.model import db
+
+if TYPE_CHECKING:  # polars (0.1 s to import) only where a frame is asked for
+    import polars as pl
 
 DUCKDB_MAGIC_OFFSET = 8
 DUCKDB_MAGIC = b"DUCK"
@@ -55,6 +58,8 @@ class Trace:
 
     def sql(self, query: str, params: list | dict | None = None) -> pl.DataFrame:
         """Run SQL over the schema and return a polars DataFrame (empty for statements without rows)."""
+        import polars as pl
+
         relation = self._analysed_if_needed(lambda: self.con.sql(query, params=params))
         return relation.pl() if relation is not None else pl.DataFrame()
 
@@ -117,20 +122,39 @@ MEMORY_LIMIT = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re
 
 
 def connect(memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-    """An in-memory database that spills to a private temporary directory past `memory_limit`.
+    """An in-memory database that spills to a private temporary directory past `memory_limit`
+    (else $TRACEVIEW_MEMORY_LIMIT, else DuckDB's default until `load` sizes it: traceview.memory).
 
     DuckDB's progress bar is off: it would write to stdout and corrupt JSON output.
     """
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
     con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/traceview-spill-{os.getpid()}'")
-    limit = memory_limit or os.environ.get("TRACEVIEW_MEMORY_LIMIT")
+    limit = _user_limit(memory_limit)
     if limit:
         if not MEMORY_LIMIT.match(limit.strip()):
             con.close()
             raise TraceviewError(f"--memory-limit {limit!r}: expected a size such as 8GB or 512MiB")
         con.execute(f"SET memory_limit = '{limit.strip()}'")
     return con
+
+
+def _user_limit(memory_limit: str | None) -> str | None:
+    return memory_limit or os.environ.get("TRACEVIEW_MEMORY_LIMIT")
+
+
+def _size_memory(con: duckdb.DuckDBPyConnection, limit: int) -> None:
+    con.execute(f"SET memory_limit = '{memory.as_setting(limit)}'")
+
+
+def _size_for_analysis(con: duckdb.DuckDBPyConnection, memory_limit: str | None) -> None:
+    """Once the rows are known, the limit follows what the analysis will hold (traceview.memory)."""
+    if _user_limit(memory_limit):
+        return
+    kernels, host_rows = con.execute("""
+        SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
+               (SELECT count(*) FROM api_calls) + (SELECT count(*) FROM ranges)""").fetchone()
+    _size_memory(con, memory.analysis_limit(kernels, host_rows))
 
 
 def content_key(source: Path) -> str:
@@ -148,6 +172,8 @@ def content_key(source: Path) -> str:
 def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Copy a saved database into memory: the file is only ever read, and analysis can add to the copy."""
     con = connect(memory_limit)
+    if not _user_limit(memory_limit):
+        _size_memory(con, memory.parse_limit(source))
     try:
         con.execute("ATTACH ? AS saved (READ_ONLY)", [str(source)])
         tables = {name for (name,) in con.execute(
@@ -163,6 +189,7 @@ def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBP
     except TraceviewError:
         con.close()
         raise
+    _size_for_analysis(con, memory_limit)
     return con
 
 
@@ -185,12 +212,15 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     if cached and cached.exists():
         return Trace(_open_saved(cached, memory_limit), source)
     con = connect(memory_limit)
+    if not _user_limit(memory_limit):
+        _size_memory(con, memory.parse_limit(source))
     try:
         with profiling.step("ingest", source.name, lambda: con.execute("SELECT count(*) FROM kernels").fetchone()[0]):
             ingest(source, con)
     except BaseException:
         con.close()
         raise
+    _size_for_analysis(con, memory_limit)
     trace = Trace(con, source)
     if cached:
         try:

@@ -1,0 +1,98 @@
+"""DuckDB's memory limit when the user sets none: sized from the input and the machine.
+
+DuckDB's own default, 80% of physical memory, lets a process grow far past what a trace needs: a 434 MB
+Kineto file held 280 MB of tables yet peaked at 1.3 GB, because DuckDB keeps what it allocated while it
+may. A limit near the working set costs almost nothing (work past it spills to the connection's
+temp_directory) and keeps the peak near the data; it also makes an input larger than memory complete,
+spilling, instead of being killed. The working set is estimated twice: from the input's bytes while a
+reader parses it, then from the rows it produced for the analysis, whose tables grow with kernels far
+more than with host ranges. `--memory-limit` (or $TRACEVIEW_MEMORY_LIMIT) replaces both.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+MIB = 1 << 20
+FLOOR_BYTES = 512 * MIB  # below this DuckDB spills on the smallest traces for nothing
+MACHINE_SHARE = 0.8  # never more than DuckDB's own default ceiling
+# what the process holds outside DuckDB's accounting (the interpreter, the JSON reader's buffers, the report
+# being written), measured as peak RSS less the limit on the 10x vLLM trace: about 175 MB
+OUTSIDE_DUCKDB_BYTES = 256 * MIB
+SMALLEST_BYTES = 64 * MIB  # a limit DuckDB can still sort and spill in
+# working set while parsing, per byte of input: Kineto JSON (uncompressed) is parsed in parts and becomes
+# smaller tables; an nsys export is read as integer CSV by child processes; a saved database is compressed
+PARSE_FACTOR = {".json": 1.25, ".sqlite": 4.0, ".duckdb": 40.0}
+# working set of the analysis, per row: every kernel gets a row in a dozen per-kernel relations
+# (activity, gaps, steps, costs, queue depth), a host range or API call in a few
+KERNEL_ROW_BYTES = 1024
+HOST_ROW_BYTES = 200
+
+
+def physical_memory() -> int:
+    """The machine's memory, or the limit of the process's memory cgroup (v2 `memory.max`, v1
+    `memory.limit_in_bytes`) where that is smaller: a container's or a CI job's memory is its cgroup's."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return min([total, *_cgroup_limits()])
+
+
+def _cgroup_limits() -> list[int]:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    limits = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidates = [Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.max"]
+        elif "memory" in controllers.split(","):
+            candidates = [Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.limit_in_bytes"]
+        else:
+            continue
+        for candidate in candidates:
+            try:
+                text = candidate.read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit():
+                limits.append(int(text))
+    return limits
+
+
+def input_bytes(source: Path) -> tuple[int, str]:
+    """The bytes a reader will parse and the kind that sets its factor: a gzip member's uncompressed size
+    (its trailer, modulo 4 GiB, so never below the compressed size), the files of a rank directory summed."""
+    files = sorted(p for p in source.iterdir() if p.is_file()) if source.is_dir() else [source]
+    total, kind = 0, ".json"
+    for file in files:
+        size = file.stat().st_size
+        if file.name.endswith(".gz") and size >= 4:
+            with file.open("rb") as f:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+        total += size
+        kind = next((suffix for suffix in PARSE_FACTOR if file.name.endswith(suffix)), kind)
+    return total, kind
+
+
+def limit_bytes(working_set: float, machine: int | None = None) -> int:
+    """The limit for an estimated working set: at least FLOOR_BYTES, at most DuckDB's own default and what the
+    machine leaves once the process's memory outside DuckDB is counted (a small container spills, not dies)."""
+    machine = physical_memory() if machine is None else machine
+    ceiling = max(SMALLEST_BYTES, min(int(MACHINE_SHARE * machine), machine - OUTSIDE_DUCKDB_BYTES))
+    return max(min(int(working_set), ceiling), min(FLOOR_BYTES, ceiling))
+
+
+def parse_limit(source: Path, machine: int | None = None) -> int:
+    size, kind = input_bytes(source)
+    return limit_bytes(size * PARSE_FACTOR[kind], machine)
+
+
+def analysis_limit(kernels: int, host_rows: int, machine: int | None = None) -> int:
+    return limit_bytes(kernels * KERNEL_ROW_BYTES + host_rows * HOST_ROW_BYTES, machine)
+
+
+def as_setting(limit: int) -> str:
+    return f"{max(1, limit // MIB)}MiB"

@@ -1,0 +1,63 @@
+"""The default memory limit: sized from the input and then from its rows, within the machine's memory."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+import traceview
+from traceview import memory
+
+MIB = 1 << 20
+SAMPLE = Path(__file__).resolve().parents[1] / "sample_traces" / "llm_serving.pt.trace.json.gz"
+
+
+def test_limit_is_the_estimate_between_the_floor_and_duckdbs_own_ceiling() -> None:
+    machine = 16 << 30
+    assert memory.limit_bytes(100 * MIB, machine) == memory.FLOOR_BYTES
+    assert memory.limit_bytes(3000 * MIB, machine) == 3000 * MIB
+    assert memory.limit_bytes(64 << 30, machine) == int(0.8 * machine)
+    # a small container: what is left once the process's memory outside DuckDB is counted, never below 64 MiB
+    assert memory.limit_bytes(100 * MIB, 400 * MIB) == 144 * MIB
+    assert memory.limit_bytes(100 * MIB, 256 * MIB) == 64 * MIB
+
+
+def test_input_bytes_read_a_gzip_members_uncompressed_size(tmp_path: Path) -> None:
+    payload = b'{"traceEvents": []}' + b" " * 1_000_000
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(payload))
+    assert memory.input_bytes(path) == (len(payload), ".json")
+    plain = tmp_path / "export.sqlite"
+    plain.write_bytes(b"x" * 4096)
+    assert memory.input_bytes(plain) == (4096, ".sqlite")
+    assert memory.parse_limit(path, 16 << 30) == memory.FLOOR_BYTES
+
+
+def test_analysis_limit_grows_with_kernels_more_than_host_rows() -> None:
+    machine = 64 << 30
+    # the 2 M-kernel nsys export (2 M kernels, 2.2 M calls and ranges) and the 10x vLLM trace (138 k kernels and
+    # memops, 1.4 M calls and ranges) of docs/performance.md
+    assert memory.analysis_limit(2_000_000, 2_200_000, machine) == 2_000_000 * 1024 + 2_200_000 * 200
+    assert memory.analysis_limit(138_180, 1_398_150, machine) == memory.FLOOR_BYTES
+
+
+def test_load_sets_the_limit_from_the_rows_and_the_user_limit_wins(monkeypatch) -> None:
+    monkeypatch.delenv("TRACEVIEW_MEMORY_LIMIT", raising=False)
+    with traceview.load(SAMPLE) as trace:
+        assert trace.scalar("SELECT current_setting('memory_limit')") == "512.0 MiB"
+    with traceview.load(SAMPLE, memory_limit="2GB") as trace:
+        assert trace.scalar("SELECT current_setting('memory_limit')") == "1.8 GiB"  # DuckDB's 2 GB, in GiB
+    monkeypatch.setenv("TRACEVIEW_MEMORY_LIMIT", "700MB")
+    with traceview.load(SAMPLE) as trace:
+        assert trace.scalar("SELECT current_setting('memory_limit')") == "667.5 MiB"
+
+
+@pytest.mark.parametrize(("limit", "shown"), [(memory.FLOOR_BYTES, "512.0 MiB"), (3_000_000_000, "2.7 GiB")])
+def test_as_setting_round_trips_through_duckdb(limit: int, shown: str) -> None:
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{memory.as_setting(limit)}'")
+    assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == shown
