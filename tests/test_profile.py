@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -60,3 +61,20 @@ def test_check_profile_and_no_profile_without_the_flag(trace: Path) -> None:
     assert ("rules", "TV202") in profile_rows(profiled.stderr) and profiled.stdout.startswith("{")
     plain = traceview_cli("check", trace, "--format", "json")
     assert profile_rows(plain.stderr) == {} and plain.stdout == profiled.stdout
+
+
+def test_audit_profile_sums_the_workers_and_names_each_trace(trace: Path, tmp_path: Path) -> None:
+    second = write_kineto(llm_serving_spec(seed=1), tmp_path / "other.json.gz")
+    result = traceview_cli("audit", trace, second, "--profile", "--jobs", "2", "--json", tmp_path / "a.json")
+    assert result.returncode == 0, result.stderr
+    rows = profile_rows(result.stderr)
+    assert "profile of 2 traces" in result.stderr
+    with traceview.load(second) as loaded:
+        other_kernels = loaded.scalar("SELECT count(*) FROM kernels")
+    assert rows[("ingest", trace.name)][1] == 2480 and rows[("ingest", second.name)][1] == other_kernels
+    audit = json.loads((tmp_path / "a.json").read_text())
+    findings = sum(1 for row in audit["rows"] for f in row["findings"] if f["rule"] == "TV201")
+    assert rows[("rules", "TV201")][1] == findings  # summed over both workers
+    assert all("profile" not in row for row in audit["rows"])  # the profile goes to stderr only
+    totals = re.findall(r"^\s*(\d+\.\d{3}) s  (\S+)$", result.stderr, re.M)
+    assert sorted(path for _, path in totals) == sorted([str(trace), str(second)])

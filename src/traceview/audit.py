@@ -16,10 +16,11 @@ import os
 import statistics
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
+from traceview import profiling
 from traceview.errors import TraceviewError
 from traceview.model.db import dict_rows
 from traceview.rules.loader import SEVERITIES
@@ -47,6 +48,7 @@ class AuditOptions:
     report_formats: tuple[str, ...] = ("html", "md", "json")
     cache_dir: str | None = None  # None: $TRACEVIEW_CACHE_DIR, as api.load reads it
     memory_limit: str | None = None  # None: $TRACEVIEW_MEMORY_LIMIT
+    profile: bool = False  # each row carries its worker's `--profile` entries under "profile"
     extra: dict = field(default_factory=dict)
 
 
@@ -151,7 +153,17 @@ def straggler_view(ranks: list[dict]) -> dict | None:
 
 
 def audit_one(target: Target, options: AuditOptions) -> dict:
-    """Ingest, analyse and check one target; any failure becomes this target's error row."""
+    """Ingest, analyse and check one target; any failure becomes this target's error row. With
+    `options.profile` the worker's own profile travels back in the row (the worker's clock, not the pool's)."""
+    if not options.profile:
+        return _audit_one(target, options)
+    with profiling.collect() as profile:
+        row = _audit_one(target, options)
+    row["profile"] = [asdict(entry) for entry in profile.entries]
+    return row
+
+
+def _audit_one(target: Target, options: AuditOptions) -> dict:
     from traceview import api, workflow
 
     row: dict[str, Any] = {"path": target.path, "kind": target.kind}

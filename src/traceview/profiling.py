@@ -42,6 +42,20 @@ class Profile:
         return "\n".join(lines) + "\n"
 
 
+def merged(profiles: list[list[dict]]) -> Profile:
+    """Several workers' profiles (audit: one per target, as `Entry` dicts) as one: wall time and rows summed
+    per step, so the table says where the whole audit's CPU went."""
+    totals: dict[tuple[str, str], Entry] = {}
+    for entries in profiles:
+        for entry in entries:
+            key = (entry["kind"], entry["name"])
+            total = totals.setdefault(key, Entry(entry["kind"], entry["name"], 0.0))
+            total.wall_s += entry["wall_s"]
+            if entry["rows"] is not None:
+                total.rows = (total.rows or 0) + entry["rows"]
+    return Profile(list(totals.values()))
+
+
 _current: contextvars.ContextVar[Profile | None] = contextvars.ContextVar("traceview_profile", default=None)
 
 
