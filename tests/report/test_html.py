@@ -134,6 +134,18 @@ def test_sample_chart_specs_carry_the_data(sample: tuple[dict, str]) -> None:
     assert busy["ms"] == pytest.approx(decode["gpu_busy_ns"] / 1e6)
 
 
+
+@pytest.mark.parametrize("fixture", ["sample", "vllm"])
+def test_every_chart_the_page_embeds_is_valid_vega_lite(fixture: str, request: pytest.FixtureRequest) -> None:
+    """The page skips altair's validation (a third of a small report's time); the schema is checked here."""
+    data, page = request.getfixturevalue(fixture)
+    built = {name: chart for name, chart in charts.build(data).items() if chart is not None}
+    embedded = {m.group(1): json.loads(m.group(2)) for m in
+                re.finditer(r'<script type="application/json" data-chart-spec="(\w+)">(.*?)</script>', page, re.S)}
+    assert set(embedded) == set(built)
+    for name, chart in built.items():
+        assert chart.to_dict(validate=True) == embedded[name], name  # validates, and is what the page holds
+
 @requires_shared
 def test_vllm_h100_report_is_small_and_says_costs_are_missing(vllm: tuple[dict, str]) -> None:
     data, page = vllm

@@ -40,9 +40,12 @@ FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, s
 
 
 def _config(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
-    return chart.configure(font=FONT).configure_view(stroke="#ddd").configure_axis(
-        labelColor="#333", titleColor="#333", gridColor="#eee", labelFontSize=11, titleFontSize=12,
-    ).configure_legend(labelFontSize=11, titleFontSize=12, labelLimit=260, symbolOpacity=1)
+    """The page's look, set on the chart itself: each `configure_*` call would copy the chart, data included."""
+    chart.config = alt.Config(
+        font=FONT, view=alt.ViewConfig(stroke="#ddd"),
+        axis=alt.AxisConfig(labelColor="#333", titleColor="#333", gridColor="#eee", labelFontSize=11, titleFontSize=12),
+        legend=alt.LegendConfig(labelFontSize=11, titleFontSize=12, labelLimit=260, symbolOpacity=1))
+    return chart
 
 
 def _label(value: Any) -> str:
@@ -370,8 +373,9 @@ def step_lanes(step: dict[str, Any], colors: dict[str, str]) -> alt.LayerChart |
         chart = chart.properties(title=alt.TitleParams(
             f"{head}:", subtitle=[c.rstrip(".") for c in clauses.split("; ")],
             anchor="start", fontSize=12, color="#b35900", subtitleColor="#b35900", subtitleFontSize=11))
-    chart.datasets = {name: values for name, values in rows.items() if values}
-    return _config(chart)
+    chart = _config(chart)
+    chart.datasets = {name: values for name, values in rows.items() if values}  # set last: never copied
+    return chart
 
 
 def categories(data: dict[str, Any]) -> alt.Chart | None:

@@ -11,6 +11,7 @@ expression interpreter instead of generated code), so the Content-Security-Polic
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from functools import lru_cache
@@ -31,6 +32,7 @@ CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline
        "worker-src 'none'; base-uri 'none'; form-action 'none'")
 _KEEP_LINE = re.compile(r"^(\s+|[-*•] |\d+[.)] )")  # rule text lines that start a new line when unwrapping
 _TIMESTAMP = re.compile(r"(^|_)(start|end|ts)_ns$")  # evidence columns holding trace timestamps
+TEMPLATE_OPTIONS = {"autoescape": True, "trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
 
 
 def default_templates_dir() -> Path:
@@ -72,11 +74,33 @@ def environment(templates_dir: str | Path | None = None) -> jinja2.Environment:
     return _environment(str(Path(templates_dir) if templates_dir else default_templates_dir()))
 
 
+class _CompiledTemplates(jinja2.FileSystemBytecodeCache):
+    """Compiled templates in the user cache directory: compiling the report's templates takes 0.1 s,
+    loading them a few ms. Jinja checks each entry against its template's source; the folder name
+    carries what else shapes the code (the Jinja version and the lexer options). A cache that cannot
+    be written only costs the compile next time."""
+
+    def __init__(self) -> None:
+        key = hashlib.sha1(repr((jinja2.__version__, sorted(TEMPLATE_OPTIONS.items()))).encode()).hexdigest()[:12]
+        directory = user_cache_dir() / f"templates-{key}"
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass
+        super().__init__(str(directory))
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().dump_bytecode(bucket)
+        except OSError:
+            pass
+
+
 @lru_cache(maxsize=4)
 def _environment(directory: str) -> jinja2.Environment:
     env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(directory), autoescape=True, undefined=jinja2.StrictUndefined,
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
+        loader=jinja2.FileSystemLoader(directory), undefined=jinja2.StrictUndefined,
+        bytecode_cache=_CompiledTemplates(), **TEMPLATE_OPTIONS,
     )
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "allow_nan": False}
     env.globals.update(
@@ -230,9 +254,15 @@ def _columns(data: dict[str, Any]) -> dict[str, bool]:
 
 def render(data: dict[str, Any], templates_dir: str | Path | None = None) -> str:
     """The page for one ReportData; `templates_dir` overrides the shipped templates."""
+    from altair.utils.schemapi import debug_mode
+
     from traceview.report import charts  # altair is imported only when a page is rendered
 
-    specs = {name: chart.to_dict() for name, chart in charts.build(data).items() if chart is not None}
+    # the specs come from this project's own chart code, checked against the Vega-Lite schema by the tests;
+    # validating every object as altair builds it (its debug mode) cost a third of a small report
+    with debug_mode(False):
+        specs = {name: chart.to_dict(validate=False) for name, chart in charts.build(data).items()
+                 if chart is not None}
     return environment(templates_dir).get_template("report.html").render(
         data=data, charts=specs, csp=CSP, has_gpu=bool(data["summary"]["kernels"]), gaps=_gaps(data),
         peaks=_peaks(data["gpu"]), columns=_columns(data), category_table=_category_table(data),
