@@ -8,10 +8,10 @@ import sys
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import duckdb
-import polars as pl
 
 from traceview import api, profiling, workflow
 from traceview.analysis.pipeline import AnalysisOptions
@@ -24,6 +24,9 @@ from traceview.report.json_report import json_default
 from traceview.resources import data_dir
 from traceview.rules.docs import explain_text
 from traceview.rules.loader import SEVERITIES
+
+if TYPE_CHECKING:  # polars (0.1 s to import) only for the commands that print tables
+    import polars as pl
 
 TRACE_HELP = f"{describe_formats()}, a directory of per-rank traces, or a .duckdb from `traceview ingest`."
 
@@ -71,6 +74,8 @@ def _phase_kernels(values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
 
 
 def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
+    import polars as pl
+
     if fmt == "csv":
         click.echo(frame.write_csv(), nl=False)
     elif fmt == "json":
@@ -84,7 +89,9 @@ def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=f"TRACE: {TRACE_HELP}")
 @click.version_option(package_name="traceview")
 @click.option("--debug", is_flag=True, help="Show the full traceback when something fails.")
-@click.option("--memory-limit", envvar="TRACEVIEW_MEMORY_LIMIT", help="Cap DuckDB's memory, e.g. 8GB; work past it spills to disk.")
+@click.option("--memory-limit", envvar="TRACEVIEW_MEMORY_LIMIT",
+              help="Cap DuckDB's memory, e.g. 8GB (default: sized from the trace and the machine, "
+                   "docs/performance.md); work past it spills to disk.")
 @click.option("--cache-dir", envvar="TRACEVIEW_CACHE_DIR", type=click.Path(path_type=Path, file_okay=False),
               help="Keep ingested traces here, keyed by content, so the next command skips ingest.")
 @click.pass_context
@@ -182,6 +189,8 @@ def gpus(fmt: str) -> None:
         }
         for spec in sorted(load_specs(), key=lambda s: s.id)
     ]
+    import polars as pl
+
     frame = pl.DataFrame(rows)
     _print_frame(frame.drop("match") if fmt == "table" else frame, fmt)
 
@@ -283,6 +292,8 @@ def rules(ctx: click.Context, fmt: str, **kwargs) -> None:
     if fmt == "json":
         click.echo(json.dumps(rows, indent=1))
     else:
+        import polars as pl
+
         _print_frame(pl.DataFrame(rows), "table")
 
 
@@ -306,7 +317,7 @@ def explain(ctx: click.Context, rule_id: str) -> None:
 def _profile_option(func):
     return click.option("--profile", "profile", is_flag=True,
                         help="Print on stderr where the time went: wall time and rows per ingest, analysis stage, "
-                             "rule and output.")(func)
+                             "rule, report section and output.")(func)
 
 
 @contextmanager
@@ -461,8 +472,11 @@ def _audit_outputs(func):
               help="Write each trace's report (" + ", ".join(REPORT.names()) + ") into this directory.")
 @_rule_config_options
 @_analysis_options
+@click.option("--profile", "profile", is_flag=True,
+              help="Print on stderr where the time went, summed over the traces (each worker times its own), "
+                   "and each trace's total.")
 def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_on: str | None, baseline: Path | None,
-          reports_dir: Path | None, **kwargs) -> None:
+          reports_dir: Path | None, profile: bool, **kwargs) -> None:
     """Audit many traces (files, directories, globs; nsys and Kineto mixed) in parallel, for CI.
 
     A directory of per-rank traces is audited as one job with per-rank rows and a straggler view.
@@ -488,7 +502,7 @@ def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_
         reports_dir.mkdir(parents=True, exist_ok=True)
     targets, missing, skipped = auditing.discover(list(paths))
     options = auditing.AuditOptions(check=workflow.CheckOptions.configured(analysis, config, loaded_rules),
-                                    reports_dir=str(reports_dir) if reports_dir else None)
+                                    reports_dir=str(reports_dir) if reports_dir else None, profile=profile)
     interactive = sys.stderr.isatty()
 
     def progress(done: int, total: int, row: dict) -> None:
@@ -504,6 +518,8 @@ def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_
         rows = auditing.run_on_cluster(targets, options, scheduler, progress) + missing
     else:
         rows = auditing.run(targets, options, jobs or auditing.default_jobs(), progress) + missing
+    if profile:
+        _print_audit_profile(rows)
     document = auditing.summarise(sorted(rows, key=lambda r: r["path"]), config.fail_on, tuple(loaded_rules), skipped)
     _write(outputs, document)
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -512,6 +528,15 @@ def audit(paths: tuple[str, ...], jobs: int | None, scheduler: str | None, fail_
             f.write(AUDIT["md"].render(document))
     _write({AUDIT["text"]: None}, document)
     sys.exit(document["exit_code"])
+
+
+def _print_audit_profile(rows: list[dict]) -> None:
+    """The audit's profile: every trace's steps summed, then each trace's own total (slowest first)."""
+    profiles = {row["path"]: row.pop("profile") for row in rows if "profile" in row}
+    click.echo(f"profile of {len(profiles)} traces (wall time in each worker, summed):", err=True)
+    click.echo(profiling.merged(list(profiles.values())).table(), err=True, nl=False)
+    for path, entries in sorted(profiles.items(), key=lambda item: -sum(e["wall_s"] for e in item[1])):
+        click.echo(f"{sum(e['wall_s'] for e in entries):>8.3f} s  {path}", err=True)
 
 
 def _percent_option(text: str | None) -> float | None:

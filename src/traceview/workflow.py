@@ -13,13 +13,11 @@ gives the same findings whichever command reads it.
 from __future__ import annotations
 
 import json
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
-import polars as pl
 
 from traceview import __version__, api, profiling
 from traceview.analysis.pipeline import AnalysisOptions
@@ -32,6 +30,9 @@ from traceview.rules import engine
 from traceview.rules.baseline import read_baseline
 from traceview.rules.config import RuleConfig
 from traceview.rules.loader import Rule, load_rules
+
+if TYPE_CHECKING:  # polars takes 0.1 s to import and only query() returns its frames
+    import polars as pl
 
 READ_ONLY_STATEMENTS = {"SELECT", "EXPLAIN"}
 NESTED_TYPES = {"list", "struct", "map", "array", "union"}  # DuckDB type ids CSV cannot hold
@@ -98,12 +99,16 @@ def reports_for(paths: list[Path], options: CheckOptions, jobs: int = 1) -> list
     independent, and analysing each is most of a diff's time)."""
     if jobs <= 1 or len(paths) <= 1:
         return [report_for(path, options) for path in paths]
+    from concurrent.futures import ProcessPoolExecutor
+
     with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
         return list(pool.map(report_for, paths, [options] * len(paths)))
 
 
 def query(trace: api.Trace, sql: str, *, nested_as_json: bool = False) -> pl.DataFrame:
     """A read-only query's rows; `nested_as_json` writes list, struct and map cells as JSON text (for CSV)."""
+    import polars as pl
+
     try:
         statements = trace.con.extract_statements(sql)
     except duckdb.Error as exc:
