@@ -60,36 +60,40 @@ _STEPS = """
 
 # Every mark of one step: kernels and memops it launched, the calls that launched them, synchronising calls on
 # those threads inside the window, and its devices' idle gaps clipped to its GPU span. `grp` is what merges.
+# A kernel's name (often hundreds of characters) stays out: every CTE and window would copy it; the bars look
+# up the names of their longest kernels at the end.
 _MARKS = f"""
     step AS (SELECT * FROM ({_STEPS}) WHERE rank = $rank AND step_id = $step_id),
     k AS (
         SELECT k.kernel_id, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.dur_ns, k.launch_call_id,
-               coalesce(k.name, k.short_name, '') AS name, coalesce(k.category, 'other') AS category, k.dtype,
+               coalesce(k.category, 'other') AS category, k.dtype,
                r.flops, r.bytes, r.achieved_tflops, r.achieved_tbps, r.pct_of_roof
         FROM kernels k LEFT JOIN roofline_kernels r ON r.rank = k.rank AND r.kernel_id = k.kernel_id
         WHERE k.rank = $rank AND k.step_id = $step_id
     ),
     m AS (SELECT * FROM memops WHERE rank = $rank AND step_id = $step_id),
-    linked AS (
-        SELECT DISTINCT launch_call_id AS call_id, 'launch' AS call_kind FROM k WHERE launch_call_id IS NOT NULL
-        UNION
-        SELECT DISTINCT a.call_id, 'copy' FROM m JOIN api_calls a
+    copies AS (
+        SELECT a.call_id FROM m JOIN api_calls a
             ON a.rank = m.rank AND a.pid = m.pid AND a.correlation_id = m.correlation_id
     ),
-    calls AS (
-        SELECT a.*, min(l.call_kind) AS call_kind  -- 'copy' before 'launch': a call feeding both is a copy
-        FROM api_calls a JOIN linked l USING (call_id) WHERE a.rank = $rank GROUP BY ALL
+    calls AS (  -- call_id is unique within a rank; a call feeding both kernels and memops is a copy
+        SELECT pid, tid, call_id, start_ns, end_ns, dur_ns, name,
+               CASE WHEN call_id IN (SELECT call_id FROM copies) THEN 'copy' ELSE 'launch' END AS call_kind
+        FROM api_calls
+        WHERE rank = $rank AND (call_id IN (SELECT launch_call_id FROM k) OR call_id IN (SELECT call_id FROM copies))
     ),
     syncs AS (
-        SELECT a.*, 'sync' AS call_kind FROM api_calls a, step s
+        SELECT a.pid, a.tid, a.call_id, a.start_ns, a.end_ns, a.dur_ns, a.name, 'sync' AS call_kind
+        FROM api_calls a, step s
         WHERE a.rank = $rank AND a.is_sync AND a.start_ns >= s.start_ns AND a.start_ns < s.end_ns
           AND EXISTS (SELECT 1 FROM calls c WHERE c.pid = a.pid AND c.tid = a.tid)
           AND a.call_id NOT IN (SELECT call_id FROM calls)
     ),
     devices AS (SELECT device_id FROM k UNION SELECT device_id FROM m),
-    marks AS (
+    marks AS NOT MATERIALIZED (
         SELECT 'kernel' AS kind, 2 AS lane_order, device_id, stream_id, NULL::BIGINT AS pid, NULL::BIGINT AS tid,
-               kernel_id AS seq, start_ns, end_ns, dur_ns, name, category AS grp, dtype, NULL::BIGINT AS bytes,
+               kernel_id AS seq, start_ns, end_ns, dur_ns, NULL::VARCHAR AS name, category AS grp, dtype,
+               NULL::BIGINT AS bytes,
                CASE WHEN achieved_tflops IS NOT NULL THEN flops END AS costed_flops,
                CASE WHEN achieved_tflops IS NOT NULL THEN dur_ns END AS flops_ns,
                CASE WHEN achieved_tbps IS NOT NULL THEN bytes END AS costed_bytes,
@@ -103,7 +107,7 @@ _MARKS = f"""
         UNION ALL
         SELECT 'call', 0, NULL, NULL, pid, tid, call_id, start_ns, end_ns, dur_ns, name, call_kind, NULL, NULL,
                NULL, NULL, NULL, NULL, NULL, NULL
-        FROM (SELECT * FROM calls UNION ALL BY NAME SELECT * FROM syncs)
+        FROM (SELECT * FROM calls UNION ALL SELECT * FROM syncs)
         UNION ALL
         SELECT 'idle', 1, g.device_id, NULL, NULL, NULL, g.start_ns, lo, hi, hi - lo, g.name, g.idle_kind, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
         FROM gpu_idle_gaps g, step s,  -- the gap clipped to the step's GPU span (both bounds known: see WHERE)
@@ -112,56 +116,69 @@ _MARKS = f"""
         WHERE g.rank = $rank AND g.device_id IN (SELECT device_id FROM devices)
           AND g.end_ns > s.gpu_start_ns AND g.start_ns < s.gpu_end_ns
     ),
-    laned AS (  -- host threads first, then per device its idle lane and its streams
-        SELECT *, dense_rank() OVER (ORDER BY lane_order > 0, device_id, lane_order, stream_id, pid, tid) - 1 AS lane
-        FROM marks
-    )"""
-
-# Per merge level, which marks open a new bar: a mark joins the one before it on its lane when both are shorter
-# than the resolution, of one group (at coarse levels kernels of any category) and in one bin of BIN resolutions
-# from the step's start, and it starts less than the resolution after the lane's work before it ends.
-_FLAGGED = f"""
-    WITH {_MARKS},
-    levels AS (SELECT unnest($resolutions) AS resolution_ns, unnest($by_category) AS by_category,
-                      generate_subscripts($resolutions, 1) AS level),
-    keyed AS (
-        SELECT l.level, l.resolution_ns, d.*,
-               CASE WHEN d.kind = 'kernel' AND NOT l.by_category THEN 'kernel' ELSE d.grp END AS merge_key
-        FROM laned d, levels l
+    lanes AS (  -- host threads first, then per device its idle lane and its streams
+        SELECT *, row_number() OVER (ORDER BY lane_order > 0, device_id, lane_order, stream_id, pid, tid) - 1 AS lane
+        FROM (SELECT DISTINCT lane_order, device_id, stream_id, pid, tid FROM marks)
     ),
-    flagged AS (
-        SELECT *, CASE WHEN resolution_ns > 0 AND merge_key = lag(merge_key) OVER w
-                            AND dur_ns < resolution_ns AND lag(dur_ns) OVER w < resolution_ns
-                            AND (start_ns - $step_start) // (resolution_ns * $bin) = (lag(start_ns) OVER w - $step_start)
-                                // (resolution_ns * $bin)
-                            AND start_ns - max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-                                < resolution_ns
-                       THEN 0 ELSE 1 END AS opens
-        FROM keyed WINDOW w AS (PARTITION BY level, lane ORDER BY start_ns, seq)
+    laned AS NOT MATERIALIZED (
+        SELECT m.*, l.lane FROM marks m JOIN lanes l
+            ON l.lane_order = m.lane_order AND l.device_id IS NOT DISTINCT FROM m.device_id
+           AND l.stream_id IS NOT DISTINCT FROM m.stream_id AND l.pid IS NOT DISTINCT FROM m.pid
+           AND l.tid IS NOT DISTINCT FROM m.tid
     )"""
 
-_COUNTS = f"""{_FLAGGED}
-    SELECT level, sum(opens)::BIGINT AS bars FROM flagged GROUP BY level ORDER BY level"""
 
-_BARS = f"""{_FLAGGED},
-    runs AS (SELECT *, sum(opens) OVER (PARTITION BY lane ORDER BY start_ns, seq) AS run FROM flagged),
+def _opens(resolution: str, by_category: str) -> str:
+    """SQL: 0 where a mark joins the bar of the mark before it on its lane at this merge level, else 1.
+
+    It joins when both are shorter than the resolution, of one group (at coarse levels kernels of any category)
+    and in one bin of BIN resolutions from the step's start, and it starts less than the resolution after the
+    lane's work before it ends. What it compares with (`prev_*`, one window pass) is the same at every level.
+    """
+    def key(is_kernel: str, grp: str) -> str:
+        return f"CASE WHEN {is_kernel} AND NOT {by_category} THEN 'kernel' ELSE {grp} END"
+
+    bin_ns = f"({resolution} * $bin::BIGINT)"
+    return f"""CASE WHEN {resolution} > 0 AND {key("kind = 'kernel'", 'grp')} = {key('prev_is_kernel', 'prev_grp')}
+                        AND dur_ns < {resolution} AND prev_dur_ns < {resolution}
+                        AND (start_ns - $step_start) // {bin_ns} = (prev_start_ns - $step_start) // {bin_ns}
+                        AND start_ns - prev_end_ns < {resolution}
+                   THEN 0 ELSE 1 END"""
+
+
+# How a step's bars are drawn, from `runs` (its marks, each with the bar it falls in and its place on its lane)
+# and `chosen` (the merge level).
+_DRAWN = """
     bars AS (
         SELECT lane, kind, min(start_ns) - $step_start AS offset_ns, max(end_ns) - min(start_ns) AS span_ns,
-               sum(dur_ns)::BIGINT AS dur_ns, count(*) AS count, arg_max(name, dur_ns) AS name,
-               arg_max(grp, dur_ns) AS grp, count(DISTINCT grp) AS groups,
+               sum(dur_ns)::BIGINT AS dur_ns, count(*) AS count,
+               -- the longest mark's name (a kernel's: its seq) and group, the first on the lane among equals
+               arg_max(name, struct_pack(dur_ns := dur_ns, pos := -pos)) FILTER (WHERE dur_ns IS NOT NULL) AS name,
+               arg_max(seq, struct_pack(dur_ns := dur_ns, pos := -pos)) FILTER (WHERE dur_ns IS NOT NULL) AS top_seq,
+               arg_max(grp, struct_pack(dur_ns := dur_ns, pos := -pos)) FILTER (WHERE dur_ns IS NOT NULL) AS grp,
+               count(DISTINCT grp) AS groups,
                CASE WHEN count(DISTINCT dtype) = 1 AND count(dtype) = count(*) THEN any_value(dtype) END AS dtype,
                sum(bytes)::BIGINT AS bytes,
-               sum(costed_flops) / nullif(sum(flops_ns), 0) / 1e3 AS achieved_tflops,
-               sum(costed_bytes) / nullif(sum(bytes_ns), 0) / 1e3 AS achieved_tbps,
-               100.0 * sum(floor_ns) / nullif(sum(roof_ns), 0) AS pct_of_roof
+               -- floating-point sums in lane order, so a figure does not depend on how threads split the rows
+               sum(costed_flops ORDER BY pos) / nullif(sum(flops_ns), 0) / 1e3 AS achieved_tflops,
+               sum(costed_bytes ORDER BY pos) / nullif(sum(bytes_ns), 0) / 1e3 AS achieved_tbps,
+               100.0 * sum(floor_ns ORDER BY pos) / nullif(sum(roof_ns), 0) AS pct_of_roof
         FROM runs GROUP BY lane, kind, run
     ),
-    named AS (SELECT *, dense_rank() OVER (ORDER BY name) - 1 AS name_index FROM bars)
+    titled AS (
+        SELECT b.* EXCLUDE (name, top_seq),
+               CASE WHEN b.kind = 'kernel' AND b.top_seq IS NOT NULL THEN coalesce(k.name, k.short_name, '')
+                    ELSE b.name END AS name
+        FROM bars b LEFT JOIN kernels k ON b.kind = 'kernel' AND k.rank = $rank AND k.kernel_id = b.top_seq
+    ),
+    named AS (SELECT *, dense_rank() OVER (ORDER BY name) - 1 AS name_index FROM titled)
     SELECT
-        (SELECT list(DISTINCT struct_pack(lane := lane, kind := CASE lane_order WHEN 0 THEN 'host' WHEN 1 THEN 'idle'
-                                                                           ELSE 'gpu' END,
-                                          device_id := device_id, stream_id := stream_id, pid := pid, tid := tid))
-         FROM laned) AS lanes,
+        (SELECT level FROM chosen) AS level,
+        (SELECT list(struct_pack(lane := lane, kind := CASE lane_order WHEN 0 THEN 'host' WHEN 1 THEN 'idle'
+                                                                      ELSE 'gpu' END,
+                                 device_id := device_id, stream_id := stream_id, pid := pid, tid := tid)
+                     ORDER BY lane)
+         FROM lanes) AS lanes,
         (SELECT list(name ORDER BY name_index) FROM (SELECT DISTINCT name, name_index FROM named)) AS names,
         (SELECT list(struct_pack(lane := lane, offset_ns := offset_ns, span_ns := span_ns, dur_ns := dur_ns,
                                  count := count, name := name_index, category := grp, categories := groups,
@@ -178,13 +195,61 @@ _BARS = f"""{_FLAGGED},
         (SELECT list(struct_pack(lane := lane, offset_ns := offset_ns, span_ns := span_ns, dur_ns := dur_ns,
                                  count := count, name := name_index, idle_kind := grp) ORDER BY lane, offset_ns)
          FROM named WHERE kind = 'idle') AS gaps,
-        (SELECT struct_pack(kernels := count(*) FILTER (WHERE kind = 'kernel'),
-                            kernel_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0)::BIGINT,
-                            memops := count(*) FILTER (WHERE kind IN ('memcpy', 'memset')),
-                            calls := count(*) FILTER (WHERE kind = 'call'),
-                            gaps := count(*) FILTER (WHERE kind = 'idle'),
-                            gap_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'idle'), 0)::BIGINT)
-         FROM flagged) AS held"""
+        (SELECT held FROM held) AS held"""
+
+_HELD = """
+    held AS (
+        SELECT struct_pack(kernels := count(*) FILTER (WHERE kind = 'kernel'),
+                           kernel_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0)::BIGINT,
+                           memops := count(*) FILTER (WHERE kind IN ('memcpy', 'memset')),
+                           calls := count(*) FILTER (WHERE kind = 'call'),
+                           gaps := count(*) FILTER (WHERE kind = 'idle'),
+                           gap_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'idle'), 0)::BIGINT) AS held
+        FROM laned
+    )"""
+
+# A step that fits MAX_MARKS as it is: every mark is its own bar (its kind and seq are unique on its lane).
+_AS_IS = f"""
+    WITH {_MARKS}, {_HELD},
+    chosen AS (SELECT 1 AS level),
+    runs AS (SELECT *, seq AS run, NULL::BIGINT AS pos FROM laned),
+    {_DRAWN}"""
+
+# Past the cap, the first merge level whose bars fit $max_marks (the last one if none does): one window pass
+# gives every mark its place on its lane and what it compares with, one scan counts the bars of every level,
+# and one running sum of the chosen level's `opens` numbers the bars. Both windows carry only the columns they
+# order and compare (a window materialises all it is given); the rest joins back, and `marks`/`laned` are
+# computed again per use (NOT MATERIALIZED), which is cheaper than storing millions of rows.
+_MERGED = f"""
+    WITH {_MARKS}, {_HELD},
+    ordered AS (
+        SELECT lane, kind, seq, start_ns, grp, dur_ns, row_number() OVER w AS pos,
+               lag(kind = 'kernel') OVER w AS prev_is_kernel, lag(grp) OVER w AS prev_grp,
+               lag(dur_ns) OVER w AS prev_dur_ns, lag(start_ns) OVER w AS prev_start_ns,
+               max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
+        FROM laned WINDOW w AS (PARTITION BY lane ORDER BY start_ns, seq)
+    ),
+    flagged AS MATERIALIZED (  -- bit i - 1 of `opens`: the mark opens a bar at level i
+        SELECT lane, kind, seq, pos,
+               {" + ".join(f"(({_opens(f'$resolutions[{i}]::BIGINT', f'$by_category[{i}]')}) << {i - 1})"
+                           for i in range(1, len(LEVELS) + 1))} AS opens
+        FROM ordered
+    ),
+    counts AS (
+        SELECT [{", ".join(f"sum((opens >> {i - 1}) & 1)" for i in range(1, len(LEVELS) + 1))}] AS bars FROM flagged
+    ),
+    chosen AS (
+        SELECT coalesce(list_position(list_transform(bars, lambda b: b <= $max_marks), true), len(bars)) AS level
+        FROM counts
+    ),
+    merged AS (  -- a mark's bar: how many marks up to it on its lane open one at the chosen level
+        SELECT lane, kind, seq, pos, sum((opens >> (level - 1)) & 1) OVER (PARTITION BY lane ORDER BY pos) AS run
+        FROM flagged, chosen
+    ),
+    runs AS (  -- every mark has its bar; LEFT keeps the wide side probing and the narrow one in the hash table
+        SELECT l.*, r.run, r.pos FROM laned l LEFT JOIN merged r USING (lane, kind, seq)
+    ),
+    {_DRAWN}"""
 
 
 def build_timeline(con: duckdb.DuckDBPyConnection, focus_step: FocusStep | None = None) -> dict[str, Any]:
@@ -238,15 +303,18 @@ def levels(wall_ns: int) -> list[tuple[int, bool]]:
 
 
 def _step(con: duckdb.DuckDBPyConnection, step: dict[str, Any]) -> dict[str, Any]:
-    """One drawn step: the first merge level whose bars fit MAX_MARKS (the last one if none does)."""
-    params = {"rank": step["rank"], "step_id": step["step_id"], "step_start": step["start_ns"], "bin": BIN}
+    """One drawn step: the first merge level whose bars fit MAX_MARKS (the last one if none does). A step whose
+    kernels and memops alone pass the cap goes straight to merging; any other is drawn as it is first, and
+    merged only if its calls and gaps take it past the cap."""
     options = levels(step["wall_ns"])
-    bars = dict(con.execute(_COUNTS, {**params, "resolutions": [r for r, _ in options],
-                                      "by_category": [b for _, b in options]}).fetchall())
-    fitting = [level for level in range(1, len(options) + 1) if bars.get(level, 0) <= MAX_MARKS]
-    resolution, by_category = options[(fitting[0] if fitting else len(options)) - 1]
-    rows = dict_rows(con, _BARS, {**params, "resolutions": [resolution], "by_category": [by_category]})[0]
-    lanes = sorted(rows["lanes"] or [], key=lambda lane: lane["lane"])
+    params = {"rank": step["rank"], "step_id": step["step_id"], "step_start": step["start_ns"]}
+    rows = None if (step["kernels"] or 0) + (step["memops"] or 0) > MAX_MARKS else dict_rows(con, _AS_IS, params)[0]
+    if rows is None or sum(rows["held"][kind] for kind in ("kernels", "memops", "calls", "gaps")) > MAX_MARKS:
+        rows = dict_rows(con, _MERGED, {**params, "bin": BIN, "max_marks": MAX_MARKS,
+                                        "resolutions": [r for r, _ in options],
+                                        "by_category": [b for _, b in options]})[0]
+    resolution, by_category = options[rows["level"] - 1]
+    lanes = rows["lanes"] or []
     drawn = {kind: rows[kind] or [] for kind in ("kernels", "memops", "calls", "gaps")}
     out = {key: step[key] for key in ("rank", "step_id", "phase", "why", "focus", "start_ns", "end_ns", "wall_ns",
                                        "owned_ns", "gpu_start_ns", "gpu_end_ns")}
