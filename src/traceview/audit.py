@@ -16,7 +16,7 @@ import os
 import statistics
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -159,7 +159,7 @@ def audit_one(target: Target, options: AuditOptions) -> dict:
         return _audit_one(target, options)
     with profiling.collect() as profile:
         row = _audit_one(target, options)
-    row["profile"] = [asdict(entry) for entry in profile.entries]
+    row["profile"] = profile.to_dict()
     return row
 
 

@@ -535,8 +535,9 @@ def _print_audit_profile(rows: list[dict]) -> None:
     profiles = {row["path"]: row.pop("profile") for row in rows if "profile" in row}
     click.echo(f"profile of {len(profiles)} traces (wall time in each worker, summed):", err=True)
     click.echo(profiling.merged(list(profiles.values())).table(), err=True, nl=False)
-    for path, entries in sorted(profiles.items(), key=lambda item: -sum(e["wall_s"] for e in item[1])):
-        click.echo(f"{sum(e['wall_s'] for e in entries):>8.3f} s  {path}", err=True)
+    totals = {path: profiling.merged([profile]).total_s() for path, profile in profiles.items()}
+    for path, total in sorted(totals.items(), key=lambda item: (-item[1], item[0])):
+        click.echo(f"{total:>8.3f} s  {path}", err=True)
 
 
 def _percent_option(text: str | None) -> float | None:

@@ -12,7 +12,7 @@ import contextvars
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass
@@ -26,34 +26,50 @@ class Entry:
 @dataclass
 class Profile:
     entries: list[Entry] = field(default_factory=list)
+    # the measured wall time of a kind whose steps ran at the same time (rules on several threads), so its
+    # total is the time it took, not the sum of its steps
+    walls: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"entries": [asdict(entry) for entry in self.entries], "walls": dict(self.walls)}
+
+    def total_s(self) -> float:
+        return sum(self.walls.get(kind, sum(e.wall_s for e in self.entries if e.kind == kind))
+                   for kind in dict.fromkeys(e.kind for e in self.entries))
 
     def table(self) -> str:
         """The profile as aligned text, slowest first within each kind, with each kind's total."""
         lines = [f"{'kind':<9} {'step':<34} {'wall s':>8} {'share':>6} {'rows':>12}"]
-        total = sum(e.wall_s for e in self.entries) or 1.0
-        for kind in dict.fromkeys(e.kind for e in self.entries):
+        kinds = list(dict.fromkeys(e.kind for e in self.entries))
+        subtotals = {kind: self.walls.get(kind, sum(e.wall_s for e in self.entries if e.kind == kind))
+                     for kind in kinds}
+        total = self.total_s() or 1.0
+        for kind in kinds:
             entries = [e for e in self.entries if e.kind == kind]
-            for e in sorted(entries, key=lambda e: -e.wall_s):
+            for e in sorted(entries, key=lambda e: (-e.wall_s, e.name)):
                 rows = "" if e.rows is None else f"{e.rows:,}"
                 lines.append(f"{kind:<9} {e.name:<34} {e.wall_s:>8.3f} {100 * e.wall_s / total:>5.1f}% {rows:>12}")
-            subtotal = sum(e.wall_s for e in entries)
-            lines.append(f"{kind:<9} {'(total)':<34} {subtotal:>8.3f} {100 * subtotal / total:>5.1f}%")
+            label = "(total, steps overlapped)" if kind in self.walls else "(total)"
+            lines.append(f"{kind:<9} {label:<34} {subtotals[kind]:>8.3f} {100 * subtotals[kind] / total:>5.1f}%")
         lines.append(f"{'all':<9} {'':<34} {total:>8.3f}")
         return "\n".join(lines) + "\n"
 
 
-def merged(profiles: list[list[dict]]) -> Profile:
-    """Several workers' profiles (audit: one per target, as `Entry` dicts) as one: wall time and rows summed
-    per step, so the table says where the whole audit's CPU went."""
+def merged(profiles: list[dict]) -> Profile:
+    """Several workers' profiles (audit: one per target, as `Profile.to_dict`) as one: wall time and rows
+    summed per step and per kind, so the table says where the whole audit's time went."""
     totals: dict[tuple[str, str], Entry] = {}
-    for entries in profiles:
-        for entry in entries:
+    walls: dict[str, float] = {}
+    for profile in profiles:
+        for entry in profile["entries"]:
             key = (entry["kind"], entry["name"])
             total = totals.setdefault(key, Entry(entry["kind"], entry["name"], 0.0))
             total.wall_s += entry["wall_s"]
             if entry["rows"] is not None:
                 total.rows = (total.rows or 0) + entry["rows"]
-    return Profile(list(totals.values()))
+        for kind, wall in profile["walls"].items():
+            walls[kind] = walls.get(kind, 0.0) + wall
+    return Profile(list(totals.values()), walls)
 
 
 _current: contextvars.ContextVar[Profile | None] = contextvars.ContextVar("traceview_profile", default=None)
@@ -72,6 +88,18 @@ def collect() -> Iterator[Profile]:
 
 def active() -> bool:
     return _current.get() is not None
+
+
+@contextmanager
+def overlapping(kind: str) -> Iterator[None]:
+    """The block runs the kind's steps at the same time: its wall time is the kind's total."""
+    profile = _current.get()
+    if profile is None:
+        yield
+        return
+    start = time.perf_counter()
+    yield
+    profile.walls[kind] = profile.walls.get(kind, 0.0) + time.perf_counter() - start
 
 
 @contextmanager

@@ -68,8 +68,7 @@ def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult |
     """ReportData for the trace; `result` reuses a check already run on it with these options; `focus_step`
     adds that step to the timeline."""
     result = result or check(trace, options)
-    with profiling.step("report", "report data"):
-        return build_report(trace.con, result, __version__, focus_step=focus_step)
+    return build_report(trace.con, result, __version__, focus_step=focus_step)  # profiled per section
 
 
 def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSummary:

@@ -12,6 +12,7 @@ from typing import Any
 
 import duckdb
 
+from traceview import profiling
 from traceview.analysis.budget import BUCKETS, IDLE_KINDS
 from traceview.analysis.intervals import busy_time_sql
 from traceview.model import db
@@ -264,8 +265,8 @@ def phase_time_split(con) -> list[dict[str, Any]]:
                        / sum(f.dur_ns) OVER (PARTITION BY f.rank, f.step_id, f.communication) AS ns
             FROM family f JOIN priced b ON b.rank = f.rank AND b.step_id = f.step_id
         ),
-        families AS (
-            SELECT s.phase, f.category, f.short_name, sum(f.ns) AS ns
+        families AS (  -- sums of doubles in a stated order: a parallel sum's last digits follow thread timing
+            SELECT s.phase, f.category, f.short_name, sum(f.ns ORDER BY f.rank, f.step_id) AS ns
             FROM shares f JOIN priced s ON s.rank = f.rank AND s.step_id = f.step_id GROUP BY ALL
         ),
         totals AS (
@@ -277,8 +278,8 @@ def phase_time_split(con) -> list[dict[str, Any]]:
         )
         SELECT t.*,
                coalesce((SELECT list(struct_pack(category := category, ns := ns) ORDER BY ns DESC, category)
-                         FROM (SELECT category, sum(ns) AS ns FROM families f WHERE f.phase IS NOT DISTINCT FROM t.phase
-                               GROUP BY category)), []) AS categories,
+                         FROM (SELECT category, sum(ns ORDER BY short_name) AS ns FROM families f
+                               WHERE f.phase IS NOT DISTINCT FROM t.phase GROUP BY category)), []) AS categories,
                coalesce((SELECT list(struct_pack(short_name := short_name, category := category, ns := ns)
                                      ORDER BY ns DESC, short_name, category)
                          FROM families f WHERE f.phase IS NOT DISTINCT FROM t.phase), []) AS families
@@ -537,24 +538,27 @@ def trace_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 
 def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: str,
                  focus_step: FocusStep | None = None) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "generator": {"name": "traceview", "version": version},
-        "trace": _trace(con),
-        "gpu": _gpu(con),
-        "summary": _summary(con),
-        "phases": phase_rows(con),
-        "steps": step_rows(con),
-        "phase_time_split": phase_time_split(con),
-        "top_kernels": _top_kernels(con),
-        "kernel_families": _kernel_families(con),
-        "categories": _categories(con),
-        "roofline": _roofline(con),
-        "findings": finding_windows(con, [f.to_dict() for f in result.findings]),
-        "capture": _capture(con, result),
-        "diagnosis": _diagnosis(con),
-        "timeline": build_timeline(con, focus_step),
+    """ReportData; under --profile each section is a `report` step, so a slow one shows by name."""
+    sections = {
+        "trace": lambda: _trace(con),
+        "gpu": lambda: _gpu(con),
+        "summary": lambda: _summary(con),
+        "phases": lambda: phase_rows(con),
+        "steps": lambda: step_rows(con),
+        "phase_time_split": lambda: phase_time_split(con),
+        "top_kernels": lambda: _top_kernels(con),
+        "kernel_families": lambda: _kernel_families(con),
+        "categories": lambda: _categories(con),
+        "roofline": lambda: _roofline(con),
+        "findings": lambda: finding_windows(con, [f.to_dict() for f in result.findings]),
+        "capture": lambda: _capture(con, result),
+        "diagnosis": lambda: _diagnosis(con),
+        "timeline": lambda: build_timeline(con, focus_step),
     }
+    data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "generator": {"name": "traceview", "version": version}}
+    for name, build in sections.items():
+        with profiling.step("report", name):
+            data[name] = build()
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
     data["verdict"] = _verdict(data)
     return data
