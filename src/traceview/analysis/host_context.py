@@ -212,8 +212,8 @@ def build_host_context(con: duckdb.DuckDBPyConnection) -> None:
 def _range_context_sql() -> str:
     """Per window of _windows: the CPU op, Python frame and user range overlapping it the most, innermost of equals."""
     return f"""
-        WITH r AS (
-            SELECT rank, pid, tid, kind, depth, range_id, name, start_ns, end_ns,
+        WITH r AS (  -- names stay behind: the windows' chosen ranges look theirs up (sorting them is the cost)
+            SELECT rank, pid, tid, kind, depth, range_id, start_ns, end_ns,
                    CASE kind WHEN 'cpu_op' THEN 'cpu_op' WHEN 'python_function' THEN 'python_frame'
                              ELSE 'user_range' END AS cls
             FROM ranges
@@ -224,7 +224,7 @@ def _range_context_sql() -> str:
         open_at_start AS (
             -- at one nesting depth of one kind on a thread only the latest-starting range can be open
             SELECT w.rank, w.lane, w.wid, w.pid, w.tid, w.start_ns AS w_start, w.end_ns AS w_end,
-                   x.cls, x.depth, x.name, x.start_ns, x.end_ns
+                   x.cls, x.depth, x.range_id, x.start_ns, x.end_ns
             FROM (SELECT w.*, l.kind, l.depth FROM _windows w JOIN levels l USING (rank, pid, tid)) w
             ASOF JOIN r x ON x.rank = w.rank AND x.pid = w.pid AND x.tid = w.tid AND x.kind = w.kind
                          AND x.depth = w.depth AND w.start_ns >= x.start_ns
@@ -232,27 +232,34 @@ def _range_context_sql() -> str:
         ),
         started_inside AS (
             SELECT w.rank, w.lane, w.wid, w.pid, w.tid, w.start_ns AS w_start, w.end_ns AS w_end,
-                   x.cls, x.depth, x.name, x.start_ns, x.end_ns
+                   x.cls, x.depth, x.range_id, x.start_ns, x.end_ns
             FROM (SELECT r.*, l.lane FROM r JOIN (SELECT DISTINCT rank, pid, tid, lane FROM _windows) l
                   USING (rank, pid, tid)) x
             ASOF JOIN _windows w ON w.rank = x.rank AND w.pid = x.pid AND w.tid = x.tid AND w.lane = x.lane
                                 AND x.start_ns > w.start_ns
             WHERE x.start_ns < w.end_ns
         ),
-        best AS (
+        chosen AS (
             SELECT rank, lane, wid, any_value(pid) AS pid, any_value(tid) AS tid, cls,
-                   arg_max(struct_pack(name := name, start_ns := start_ns, end_ns := end_ns,
+                   arg_max(struct_pack(range_id := range_id, start_ns := start_ns, end_ns := end_ns,
                                        overlap_ns := (CASE WHEN end_ns < w_end THEN end_ns ELSE w_end END) - (CASE WHEN start_ns > w_start THEN start_ns ELSE w_start END)),
                            ((CASE WHEN end_ns < w_end THEN end_ns ELSE w_end END) - (CASE WHEN start_ns > w_start THEN start_ns ELSE w_start END), start_ns, -end_ns, depth)) AS b
             FROM (SELECT * FROM open_at_start UNION ALL SELECT * FROM started_inside)
             GROUP BY rank, lane, wid, cls
         ),
+        best AS (
+            SELECT c.rank, c.lane, c.wid, c.pid, c.tid, c.cls,
+                   struct_pack(name := n.name, start_ns := c.b.start_ns, end_ns := c.b.end_ns,
+                               overlap_ns := c.b.overlap_ns) AS b
+            FROM chosen c JOIN ranges n ON n.rank = c.rank AND n.range_id = c.b.range_id
+        ),
         op AS (
             -- the outermost CPU op around the chosen one: the depth-0 op open at its start
-            SELECT b.*, o.name AS top_op
+            SELECT b.*, t.name AS top_op
             FROM (SELECT * FROM best WHERE cls = 'cpu_op') b
             ASOF LEFT JOIN (SELECT * FROM r WHERE kind = 'cpu_op' AND depth = 0) o
               ON o.rank = b.rank AND o.pid = b.pid AND o.tid = b.tid AND b.b.start_ns >= o.start_ns
+            LEFT JOIN ranges t ON t.rank = o.rank AND t.range_id = o.range_id
         )
         SELECT w.rank, w.lane, w.wid,
                op.b.name AS cpu_op, op.b.overlap_ns AS cpu_op_overlap_ns,
