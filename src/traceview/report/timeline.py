@@ -153,23 +153,27 @@ _DRAWN = """
         SELECT lane, kind, min(start_ns) - $step_start AS offset_ns, max(end_ns) - min(start_ns) AS span_ns,
                sum(dur_ns)::BIGINT AS dur_ns, count(*) AS count,
                -- the longest mark's name (a kernel's: its seq) and group, the first on the lane among equals
-               arg_max(name, struct_pack(dur_ns := dur_ns, pos := -pos)) FILTER (WHERE dur_ns IS NOT NULL) AS name,
-               arg_max(seq, struct_pack(dur_ns := dur_ns, pos := -pos)) FILTER (WHERE dur_ns IS NOT NULL) AS top_seq,
-               arg_max(grp, struct_pack(dur_ns := dur_ns, pos := -pos)) FILTER (WHERE dur_ns IS NOT NULL) AS grp,
+               arg_max(struct_pack(name := name, seq := seq, grp := grp), struct_pack(dur_ns := dur_ns, pos := -pos))
+                   FILTER (WHERE dur_ns IS NOT NULL) AS top,
                count(DISTINCT grp) AS groups,
                CASE WHEN count(DISTINCT dtype) = 1 AND count(dtype) = count(*) THEN any_value(dtype) END AS dtype,
                sum(bytes)::BIGINT AS bytes,
-               -- floating-point sums in lane order, so a figure does not depend on how threads split the rows
-               sum(costed_flops ORDER BY pos) / nullif(sum(flops_ns), 0) / 1e3 AS achieved_tflops,
-               sum(costed_bytes ORDER BY pos) / nullif(sum(bytes_ns), 0) / 1e3 AS achieved_tbps,
-               100.0 * sum(floor_ns ORDER BY pos) / nullif(sum(roof_ns), 0) AS pct_of_roof
+               -- floating-point sums in lane order, so a figure does not depend on how threads split the rows;
+               -- only the costed marks are ordered (the sum skips the rest)
+               sum(costed_flops ORDER BY pos) FILTER (WHERE costed_flops IS NOT NULL) / nullif(sum(flops_ns), 0) / 1e3
+                   AS achieved_tflops,
+               sum(costed_bytes ORDER BY pos) FILTER (WHERE costed_bytes IS NOT NULL) / nullif(sum(bytes_ns), 0) / 1e3
+                   AS achieved_tbps,
+               100.0 * sum(floor_ns ORDER BY pos) FILTER (WHERE floor_ns IS NOT NULL) / nullif(sum(roof_ns), 0)
+                   AS pct_of_roof
         FROM runs GROUP BY lane, kind, run
     ),
+    picked AS (SELECT * EXCLUDE (top), top.name AS name, top.seq AS top_seq, top.grp AS grp FROM bars),
     titled AS (
         SELECT b.* EXCLUDE (name, top_seq),
                CASE WHEN b.kind = 'kernel' AND b.top_seq IS NOT NULL THEN coalesce(k.name, k.short_name, '')
                     ELSE b.name END AS name
-        FROM bars b LEFT JOIN kernels k ON b.kind = 'kernel' AND k.rank = $rank AND k.kernel_id = b.top_seq
+        FROM picked b LEFT JOIN kernels k ON b.kind = 'kernel' AND k.rank = $rank AND k.kernel_id = b.top_seq
     ),
     named AS (SELECT *, dense_rank() OVER (ORDER BY name) - 1 AS name_index FROM titled)
     SELECT
