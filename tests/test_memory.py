@@ -39,7 +39,7 @@ def test_analysis_limit_grows_with_kernels_more_than_host_rows() -> None:
     machine = 64 << 30
     # the 2 M-kernel nsys export (2 M kernels, 2.2 M calls and ranges) and the 10x vLLM trace (138 k kernels and
     # memops, 1.4 M calls and ranges) of docs/performance.md
-    assert memory.analysis_limit(2_000_000, 2_200_000, machine) == 2_000_000 * 1024 + 2_200_000 * 200
+    assert memory.analysis_limit(2_000_000, 2_200_000, machine) == 2_000_000 * 1536 + 2_200_000 * 200
     assert memory.analysis_limit(138_180, 1_398_150, machine) == memory.FLOOR_BYTES
 
 
