@@ -61,3 +61,20 @@ def test_as_setting_round_trips_through_duckdb(limit: int, shown: str) -> None:
     con = duckdb.connect()
     con.execute(f"SET memory_limit = '{memory.as_setting(limit)}'")
     assert con.execute("SELECT current_setting('memory_limit')").fetchone()[0] == shown
+
+
+def test_a_reader_widens_only_a_limit_traceview_chose() -> None:
+    import duckdb
+
+    ceiling = memory.as_setting(memory.limit_bytes(memory.physical_memory(), memory.physical_memory()))
+    chosen, given = duckdb.connect(), duckdb.connect()
+    for con in (chosen, given):
+        con.execute("SET memory_limit = '512MiB'")
+    memory.sized(chosen)
+    for con in (chosen, given):
+        memory.widen_for_parse(con)
+    probe = duckdb.connect()
+    probe.execute(f"SET memory_limit = '{ceiling}'")
+    assert chosen.execute("SELECT current_setting('memory_limit')").fetchone() == \
+        probe.execute("SELECT current_setting('memory_limit')").fetchone()
+    assert given.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "512.0 MiB"

@@ -145,6 +145,7 @@ def _user_limit(memory_limit: str | None) -> str | None:
 
 def _size_memory(con: duckdb.DuckDBPyConnection, limit: int) -> None:
     con.execute(f"SET memory_limit = '{memory.as_setting(limit)}'")
+    memory.sized(con)
 
 
 def _size_for_analysis(con: duckdb.DuckDBPyConnection, memory_limit: str | None) -> None:

@@ -98,3 +98,17 @@ def analysis_limit(kernels: int, host_rows: int, machine: int | None = None) -> 
 
 def as_setting(limit: int) -> str:
     return f"{max(1, limit // MIB)}MiB"
+
+
+def sized(con) -> None:
+    """Mark the connection's limit as traceview's estimate (not the user's), so a reader may widen it."""
+    con.execute("SET VARIABLE traceview_memory_sized = true")
+
+
+def widen_for_parse(con) -> None:
+    """A reader meeting an input the estimate cannot foresee (one event of hundreds of MB, whose parse
+    needs far more than the file's size) takes up to the machine's ceiling while it parses, unless the user
+    set the limit; the analysis limit is set again once the rows are known."""
+    if con.execute("SELECT getvariable('traceview_memory_sized')").fetchone()[0]:
+        machine = physical_memory()
+        con.execute(f"SET memory_limit = '{as_setting(limit_bytes(machine, machine))}'")

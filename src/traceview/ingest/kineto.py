@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import duckdb
 
+from traceview import memory
 from traceview.errors import TraceviewError
 from traceview.ingest.reader import Reader
 from traceview.model import db
@@ -431,12 +432,15 @@ def _replace_invalid_utf8(events_file: Path) -> None:
 
 def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path) -> None:
     """Read with DuckDB's usual event-size limit, which sizes its buffers, and again with a far larger
-    one if a single event exceeds it (a huge `args`): a large limit costs about 400 MB of peak memory."""
+    one if a single event exceeds it (a huge `args`): a large limit costs about 400 MB of peak memory, more
+    than a small trace's default memory limit leaves, so that read may use the machine's ceiling."""
     try:
         _read_events_file(con, [events_file])
     except duckdb.Error as exc:
-        if "maximum_object_size" not in str(exc):
+        # under a small limit DuckDB's buffer growth for the large event fails first
+        if "maximum_object_size" not in str(exc) and "failed to allocate" not in str(exc):
             raise
+        memory.widen_for_parse(con)
         _read_events_file(con, [events_file], LARGE_EVENT_BYTES)
 
 
