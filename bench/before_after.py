@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                 results[tree].append(run(traceview(*case), pythonpath))
         rows[name] = {tree: best(r) for tree, r in results.items()}
     hta = None
-    if (not args.only or any("HTA".startswith(o) or o.startswith("HTA") for o in args.only)) and args.hta_python.exists():
+    if (not args.only or any("HTA 10x".startswith(o) for o in args.only)) and args.hta_python.exists():
         log("HTA 10x")
         hta = run([str(args.hta_python), "-c", compare.HTA_CHILD, str(compare.hta_dir(args.workdir, kineto_x10))],
                   None, timeout=1800)

@@ -148,6 +148,14 @@ def _size_memory(con: duckdb.DuckDBPyConnection, limit: int) -> None:
     memory.sized(con)
 
 
+def _connect_for(source: Path, memory_limit: str | None) -> duckdb.DuckDBPyConnection:
+    """A connection whose limit, unless the user set one, fits parsing `source` (traceview.memory)."""
+    con = connect(memory_limit)
+    if not _user_limit(memory_limit):
+        _size_memory(con, memory.parse_limit(source))
+    return con
+
+
 def _size_for_analysis(con: duckdb.DuckDBPyConnection, memory_limit: str | None) -> None:
     """Once the rows are known, the limit follows what the analysis will hold (traceview.memory)."""
     if _user_limit(memory_limit):
@@ -172,9 +180,7 @@ def content_key(source: Path) -> str:
 
 def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Copy a saved database into memory: the file is only ever read, and analysis can add to the copy."""
-    con = connect(memory_limit)
-    if not _user_limit(memory_limit):
-        _size_memory(con, memory.parse_limit(source))
+    con = _connect_for(source, memory_limit)
     try:
         con.execute("ATTACH ? AS saved (READ_ONLY)", [str(source)])
         tables = {name for (name,) in con.execute(
@@ -212,9 +218,7 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     cached = Path(cache_root) / f"{content_key(source)}.duckdb" if cache_root else None
     if cached and cached.exists():
         return Trace(_open_saved(cached, memory_limit), source)
-    con = connect(memory_limit)
-    if not _user_limit(memory_limit):
-        _size_memory(con, memory.parse_limit(source))
+    con = _connect_for(source, memory_limit)
     try:
         with profiling.step("ingest", source.name, lambda: con.execute("SELECT count(*) FROM kernels").fetchone()[0]):
             ingest(source, con)

@@ -91,25 +91,22 @@ def active() -> bool:
 
 
 @contextmanager
-def overlapping(kind: str) -> Iterator[None]:
+def _timed(record: Callable[[Profile, float], None]) -> Iterator[None]:
+    """Time the block into the current profile with `record(profile, wall_s)`; nothing at all when off."""
+    profile = _current.get()
+    if profile is None:
+        yield
+        return
+    start = time.perf_counter()
+    yield
+    record(profile, time.perf_counter() - start)
+
+
+def overlapping(kind: str):
     """The block runs the kind's steps at the same time: its wall time is the kind's total."""
-    profile = _current.get()
-    if profile is None:
-        yield
-        return
-    start = time.perf_counter()
-    yield
-    profile.walls[kind] = profile.walls.get(kind, 0.0) + time.perf_counter() - start
+    return _timed(lambda profile, wall: profile.walls.__setitem__(kind, profile.walls.get(kind, 0.0) + wall))
 
 
-@contextmanager
-def step(kind: str, name: str, rows: Callable[[], int | None] | None = None) -> Iterator[None]:
+def step(kind: str, name: str, rows: Callable[[], int | None] | None = None):
     """Time the block as one entry; `rows`, called after it and only while profiling, counts what it touched."""
-    profile = _current.get()
-    if profile is None:
-        yield
-        return
-    start = time.perf_counter()
-    yield
-    wall = time.perf_counter() - start
-    profile.entries.append(Entry(kind, name, wall, rows() if rows else None))
+    return _timed(lambda profile, wall: profile.entries.append(Entry(kind, name, wall, rows() if rows else None)))

@@ -343,6 +343,10 @@ def _slice_events_sql() -> str:
         'start_ns', st.start_ns, 'dur_ns', st.end_ns - st.start_ns)""")
     finding = _event_sql("X", cat="'\"finding\"'", name="f.name", args="f.args::JSON")
     in_chunk = "s.slice_id BETWEEN $lo AND $hi"
+
+    def range_event(ph: str) -> str:  # a range is a slice, an NVTX mark a thread instant
+        return _event_sql(ph, cat="to_json(g.kind)::VARCHAR", name="g.name", args=range_args)
+
     return f"""
         SELECT text FROM (
             SELECT s.slice_id, {kernel} AS text
@@ -359,13 +363,9 @@ def _slice_events_sql() -> str:
             FROM _ct_slices s JOIN api_calls a ON a.rank = s.rank AND a.call_id = s.source_id
             WHERE s.source = 'api_call' AND {in_chunk}
             UNION ALL
-            SELECT s.slice_id, {_event_sql("X", cat="to_json(g.kind)::VARCHAR", name="g.name", args=range_args)}
+            SELECT s.slice_id, CASE s.source WHEN 'range' THEN {range_event("X")} ELSE {range_event("i")} END
             FROM _ct_slices s JOIN ranges g ON g.rank = s.rank AND g.range_id = s.source_id
-            WHERE s.source = 'range' AND {in_chunk}
-            UNION ALL
-            SELECT s.slice_id, {_event_sql("i", cat="to_json(g.kind)::VARCHAR", name="g.name", args=range_args)}
-            FROM _ct_slices s JOIN ranges g ON g.rank = s.rank AND g.range_id = s.source_id
-            WHERE s.source = 'mark' AND {in_chunk}
+            WHERE s.source IN ('range', 'mark') AND {in_chunk}
             UNION ALL
             SELECT s.slice_id, {step}
             FROM _ct_slices s JOIN steps st ON st.rank = s.rank AND st.step_id = s.source_id
