@@ -447,6 +447,8 @@ def report(trace: Path | None, output: str | None, formats: str, focus_step: str
     with _profiled(profile):
         with api.load(trace) as loaded:
             outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
+            for renderer in chosen:  # while DuckDB analyses; the ingest before holds the GIL more
+                renderer.prepare_in_background()
             data = workflow.report(loaded, options, focus_step=focus)
         _write(outputs, data)
 

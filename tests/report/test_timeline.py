@@ -161,7 +161,9 @@ def test_kernel_bars_carry_their_roofline_figures(served) -> None:
         got = (bar["achieved_tflops"], bar["achieved_tbps"], bar["pct_of_roof"])
         assert [g is None for g in got] == [w is None for w in want]
         assert [g for g in got if g is not None] == pytest.approx([w for w in want if w is not None], rel=1e-9)
-    spec = charts.step_lanes(step, charts.category_colors(data)).to_dict()
+    chart = charts.step_lanes(step, charts.category_colors(data))
+    spec = charts.vega_lite(chart)  # the page's spec: datasets attached after altair's walk, same dict
+    assert spec == chart.to_dict()
     costed = spec["datasets"].get("costed", [])
     assert len(costed) == sum(1 for f in figures.values() if f[2] is not None)
     assert all(r["r"].endswith("of roof") for r in costed)

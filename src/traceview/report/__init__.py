@@ -9,6 +9,7 @@ GitHub annotations) is one module plus one entry here.
 from __future__ import annotations
 
 import importlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,25 @@ class Renderer:
     binary: bool = False
     flag: str | None = None  # the option that writes this format to its own file (audit: --junit PATH)
     default: bool = False  # written when --format is not given (a new format is opt-in)
+    prepare: str | None = None  # a function of the module that loads what rendering needs, ahead of it
 
     def render(self, document: Any) -> str | bytes:
         return getattr(importlib.import_module(f"traceview.report.{self.module}"), self.function)(document)
+
+    def prepare_in_background(self) -> None:
+        """Start loading what this format renders with (HTML: altair, the templates) on a daemon thread, so
+        it overlaps the analysis instead of following it: DuckDB releases the GIL while it works. Rendering
+        later waits on Python's import lock for whatever is not loaded yet; a failure here is raised there."""
+        if self.prepare is None:
+            return
+
+        def load() -> None:
+            try:
+                getattr(importlib.import_module(f"traceview.report.{self.module}"), self.prepare)()
+            except Exception:  # the render imports the same modules and reports the error where it matters
+                pass
+
+        threading.Thread(target=load, name=f"prepare-{self.name}", daemon=True).start()
 
 
 class Registry:
@@ -100,7 +117,7 @@ class Registry:
 
 REPORT = Registry(
     "report",
-    Renderer("html", "html", "html", "one self-contained HTML page", default=True),
+    Renderer("html", "html", "html", "one self-contained HTML page", default=True, prepare="prepare"),
     Renderer("md", "md", "markdown", "Markdown for a PR comment", default=True),
     Renderer("json", "json", "json_report", "versioned JSON (docs/report-json.md)", default=True),
 )

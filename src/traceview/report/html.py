@@ -252,6 +252,15 @@ def _columns(data: dict[str, Any]) -> dict[str, bool]:
     }
 
 
+def prepare() -> None:
+    """Load what a page renders with: altair and the chart code (a quarter of a second of imports), the
+    compiled templates and the Vega bundle. The report command runs this while the trace is analysed."""
+    from traceview.report import charts  # noqa: F401  (imported for its altair)
+
+    environment().get_template("report.html")
+    vega_javascript()
+
+
 def render(data: dict[str, Any], templates_dir: str | Path | None = None) -> str:
     """The page for one ReportData; `templates_dir` overrides the shipped templates."""
     from altair.utils.schemapi import debug_mode
@@ -261,8 +270,7 @@ def render(data: dict[str, Any], templates_dir: str | Path | None = None) -> str
     # the specs come from this project's own chart code, checked against the Vega-Lite schema by the tests;
     # validating every object as altair builds it (its debug mode) cost a third of a small report
     with debug_mode(False):
-        specs = {name: chart.to_dict(validate=False) for name, chart in charts.build(data).items()
-                 if chart is not None}
+        specs = {name: charts.vega_lite(chart) for name, chart in charts.build(data).items() if chart is not None}
     return environment(templates_dir).get_template("report.html").render(
         data=data, charts=specs, csp=CSP, has_gpu=bool(data["summary"]["kernels"]), gaps=_gaps(data),
         peaks=_peaks(data["gpu"]), columns=_columns(data), category_table=_category_table(data),
