@@ -274,7 +274,7 @@ def _build_gpu_activity(con: duckdb.DuckDBPyConnection) -> None:
     """
     con.execute(f"""
         CREATE OR REPLACE TABLE gpu_activity AS
-        SELECT * FROM ({with_prev_end_sql(activity, ("rank", "device_id"))})
+        SELECT * FROM ({with_prev_end_sql(activity, ("rank", "device_id"), tiebreak=("kind", "activity_id"))})
     """)
 
 

@@ -177,7 +177,7 @@ def build_host_context(con: duckdb.DuckDBPyConnection) -> None:
             -- a drained window already exposed by an earlier call (cudaMemcpyAsync into pageable memory, then
             -- cudaStreamSynchronize) is counted once: each call keeps only the part after the earlier windows
             {with_prev_end_sql("SELECT rank, call_id, idle_start AS start_ns, idle_end AS end_ns "
-                               "FROM windows WHERE exposes", ("rank",))}
+                               "FROM windows WHERE exposes", ("rank",), tiebreak=("call_id",))}
         ),
         exposed AS (
             SELECT w.*, CASE WHEN NOT coalesce(w.exposes, false) THEN 0

@@ -10,15 +10,18 @@ nanoseconds, no timestamp rounding. This is the only place that window is writte
 from __future__ import annotations
 
 
-def with_prev_end_sql(source: str, keys: tuple[str, ...]) -> str:
+def with_prev_end_sql(source: str, keys: tuple[str, ...], tiebreak: tuple[str, ...] = ()) -> str:
     """SQL yielding every row of `source` plus `prev_end_ns`, per key (NULL for the first interval).
 
     `source` must expose the key columns plus start_ns and end_ns. An interval with
-    start_ns > prev_end_ns ends an idle gap [prev_end_ns, start_ns) of its key.
+    start_ns > prev_end_ns ends an idle gap [prev_end_ns, start_ns) of its key. Of intervals with the
+    same start and end only the first in the window's order can end a gap: `tiebreak` (unique columns)
+    makes that order total where it matters which one did, else it follows how threads split the rows.
     """
     key_list = ", ".join(keys)
+    order = ", ".join(("start_ns", "end_ns", *tiebreak))
     return f"""
-        SELECT *, max(end_ns) OVER (PARTITION BY {key_list} ORDER BY start_ns, end_ns
+        SELECT *, max(end_ns) OVER (PARTITION BY {key_list} ORDER BY {order}
                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
         FROM ({source})
     """
