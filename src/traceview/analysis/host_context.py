@@ -16,7 +16,7 @@ from __future__ import annotations
 import duckdb
 
 from traceview.analysis.activity import BLOCKING_CALLS
-from traceview.analysis.intervals import with_prev_end_sql
+from traceview.analysis.intervals import busy_islands_sql, with_prev_end_sql
 from traceview.analysis.stage import Relation, Stage
 
 _CONTEXT_COLUMNS = {
@@ -230,10 +230,18 @@ def _range_context_sql() -> str:
                          AND x.depth = w.depth AND w.start_ns >= x.start_ns
             WHERE x.end_ns > w.start_ns
         ),
+        covered AS (  -- the windows' union per thread: few intervals, which most ranges start outside of
+            {busy_islands_sql("SELECT rank, pid, tid, start_ns, end_ns FROM _windows", ("rank", "pid", "tid"))}
+        ),
+        inside AS (  -- the ranges that start in some window, found once, before they are paired with each lane
+            SELECT x.* FROM r x
+            ASOF JOIN covered c ON c.rank = x.rank AND c.pid = x.pid AND c.tid = x.tid AND x.start_ns >= c.lo
+            WHERE x.start_ns < c.hi
+        ),
         started_inside AS (
             SELECT w.rank, w.lane, w.wid, w.pid, w.tid, w.start_ns AS w_start, w.end_ns AS w_end,
                    x.cls, x.depth, x.range_id, x.start_ns, x.end_ns
-            FROM (SELECT r.*, l.lane FROM r JOIN (SELECT DISTINCT rank, pid, tid, lane FROM _windows) l
+            FROM (SELECT r.*, l.lane FROM inside r JOIN (SELECT DISTINCT rank, pid, tid, lane FROM _windows) l
                   USING (rank, pid, tid)) x
             ASOF JOIN _windows w ON w.rank = x.rank AND w.pid = x.pid AND w.tid = x.tid AND w.lane = x.lane
                                 AND x.start_ns > w.start_ns
