@@ -16,7 +16,7 @@ from traceview.analysis.stage import Relation, Stage
 
 TABLES: dict[str, tuple[str, dict[str, str]]] = {
     "gpu_activity": (
-        "kernel or memop (prev_end_ns orders them per (rank, device_id) by start)",
+        "kernel or memop (prev_end_ns orders them per (rank, device_id) by start, end, kind and id)",
         {
             "rank": "trace rank",
             "device_id": "GPU ordinal",
@@ -35,8 +35,10 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "comm_family": "communication kernels: custom_all_reduce, nccl_all_reduce, all_gather, reduce_scatter, "
                            "all_to_all (collective and expert-parallel dispatch/combine), send_recv, broadcast or "
                            "other_comm; NULL otherwise",
-            "prev_end_ns": "latest end among the device's activities that started before this one (all streams); "
-                           "NULL for the first. start_ns > prev_end_ns: this activity ended an idle gap",
+            "prev_end_ns": "latest end among the device's activities before this one (all streams) in the order "
+                           "start_ns, end_ns, kind, activity_id; NULL for the first. start_ns > prev_end_ns: this "
+                           "activity ended an idle gap (of work that starts and ends together, the kernel before a "
+                           "memop, the lower id first, so every run names the same one)",
         },
     ),
     "gpu_idle_gaps": (
