@@ -179,6 +179,22 @@ def kernels_fused_rmsnorm() -> TraceSpec:
     return _eager_norm_model(fused=True)
 
 
+def kernels_pointwise_pairs() -> TraceSpec:
+    """6 decode steps, each only add > mul on stream 7 and add > mul on stream 8: pairs, never a chain (min_chain
+    3). Walked in one order by stream and step, stream 7's twelve kernels sit back to back and stream 8's follow:
+    a chain must stop at every step and stream, or these would be two chains of twelve."""
+    b = _Builder()
+
+    def pairs(b: _Builder) -> None:
+        for stream in (7, 8):
+            b.launch(ADD_BF16, 2_000, "aten::add", stream=stream)
+            b.launch(MUL_BF16, 2_000, "aten::mul", stream=stream)
+
+    for _ in range(6):
+        b.step(_decode_name(8), pairs)
+    return b.spec()
+
+
 # ---- TV304 --------------------------------------------------------------------------------------------------
 
 # one attention head group: 32 heads x 1024 tokens x head dim 128

@@ -36,7 +36,8 @@ class Renderer:
 
     def prepare_in_background(self) -> None:
         """Start loading what this format renders with (HTML: altair, the templates) on a daemon thread, so
-        it overlaps the analysis instead of following it: DuckDB releases the GIL while it works. Rendering
+        it overlaps the analysis instead of following it. It overlaps only where DuckDB runs without the GIL:
+        the analysis's Python-heavy stages wait for it meanwhile (docs/performance.md, second pass). Rendering
         later waits on Python's import lock for whatever is not loaded yet; a failure here is raised there."""
         if self.prepare is None:
             return

@@ -227,18 +227,19 @@ def _phase_busy(con) -> dict[str, dict[str, int]]:
                  "GROUP BY rank, device_id HAVING count(DISTINCT phase) = 1")
     kernels = ("SELECT rank, device_id, phase, start_ns, end_ns FROM kernels k "
                f"ANTI JOIN ({one_phase}) o ON o.rank = k.rank AND o.device_id = k.device_id")
-    busy: dict[str, dict[str, int]] = {}
-    for phase, ns in con.execute(f"""
-            SELECT o.phase, sum(d.kernel_busy_ns)::BIGINT FROM ({one_phase}) o
-            JOIN device_activity d ON d.rank = o.rank AND d.device_id = o.device_id GROUP BY o.phase""").fetchall():
-        busy.setdefault(phase, {"kernel_busy_ns": 0, "copy_busy_ns": 0})["kernel_busy_ns"] = ns
     memops = ("SELECT m.rank, m.device_id, coalesce(s.phase, 'other') AS phase, m.start_ns, m.end_ns FROM memops m "
               "LEFT JOIN steps s ON s.rank = m.rank AND s.step_id = m.step_id")
     keys = ("rank", "device_id", "phase")
-    for column, source in (("kernel_busy_ns", kernels), ("copy_busy_ns", memops)):
-        for phase, ns in con.execute(f"SELECT phase, sum(busy_ns)::BIGINT FROM ({busy_time_sql(source, keys)}) GROUP BY phase").fetchall():
-            entry = busy.setdefault(phase, {"kernel_busy_ns": 0, "copy_busy_ns": 0})
-            entry[column] += ns
+    per_phase = (
+        ("kernel_busy_ns", f"""SELECT o.phase, sum(d.kernel_busy_ns)::BIGINT FROM ({one_phase}) o
+                               JOIN device_activity d ON d.rank = o.rank AND d.device_id = o.device_id GROUP BY o.phase"""),
+        ("kernel_busy_ns", f"SELECT phase, sum(busy_ns)::BIGINT FROM ({busy_time_sql(kernels, keys)}) GROUP BY phase"),
+        ("copy_busy_ns", f"SELECT phase, sum(busy_ns)::BIGINT FROM ({busy_time_sql(memops, keys)}) GROUP BY phase"),
+    )
+    busy: dict[str, dict[str, int]] = {}
+    for column, query in per_phase:
+        for phase, ns in con.execute(query).fetchall():
+            busy.setdefault(phase, {"kernel_busy_ns": 0, "copy_busy_ns": 0})[column] += ns
     return busy
 
 
