@@ -18,7 +18,8 @@ Cases (inputs built and cached by bench/ingest.py in --workdir):
   HTA 10x                    HTA's load and three breakdowns of the same file, once (bench/compare.py)
   sample: report             `traceview report sample_traces/llm_serving.pt.trace.json.gz` (html, md, json)
 Wall time, CPU time (user + system of the child and its children) and peak RSS (ru_maxrss, os.wait4),
-best of --repeat by wall time. With --profile, the 2 M saved database and the 10x trace also run once per
+best of --repeat by wall time. PYTHONDONTWRITEBYTECODE is cleared, so modules load from their compiled
+bytecode as an installed package's do. With --profile, the 2 M saved database and the 10x trace also run once per
 tree with `--profile`, and the profiles are appended.
 """
 
@@ -49,6 +50,7 @@ def run(argv: list[str], pythonpath: str | None, timeout: float = 900) -> dict:
     """argv in a fresh process: wall, CPU (with children) and peak RSS; stderr kept for --profile."""
     env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else dict(os.environ)
     env.pop("TRACEVIEW_MEMORY_LIMIT", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: modules load compiled, not compiled on every start
     started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)

@@ -9,9 +9,9 @@ import duckdb
 import pytest
 
 import traceview
-from conftest import REPO, SHARED_TRACES, VLLM_H100, requires_shared
+from conftest import DLRM_DIR, REPO, SHARED_TRACES, VLLM_H100, requires_shared
 from traceview.analysis import docs, pipeline
-from traceview.analysis.stage import Context, Stage, run_stages
+from traceview.analysis.stage import Context, Stage, run_stages, waits_for
 from traceview.errors import TraceviewError
 from traceview.model import db
 
@@ -51,6 +51,38 @@ def test_every_declared_relation_has_exactly_its_declared_columns(path) -> None:
             added = [name for stage in pipeline.STAGES for add in stage.adds if add.table == table
                      for name in add.columns]
             assert columns(trace.con, table) == [*db.contract_columns(table), *added], table
+
+
+def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites() -> None:
+    after = waits_for(pipeline.STAGES)
+    assert after["categories"] == after["devices"] == after["op_costs"] == []  # the three run side by side
+    assert after["kernel_costs"] == ["categories", "devices", "op_costs"]
+    assert "devices" not in after["steps"]
+    # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
+    assert after["assemble"] == ["categories", "devices", "kernel_costs", "steps"]
+    assert after["step_budget"] == ["steps", "activity", "steady"]
+    assert "devices" in after["step_accounting"]  # it prices steps on the GPU devices matched
+
+
+@requires_shared
+@pytest.mark.parametrize("path, options", [
+    (SAMPLE, {}), (SAMPLE, {"model": "llama-3-8b", "batch": 8, "context": 1024}), (NSYS_FWD, {}), (DLRM_DIR, {})],
+    ids=["sample", "sample-model", "nsys", "dlrm-8-ranks"])
+def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, options, monkeypatch) -> None:
+    relations = ["kernels", "memops", "devices", "diagnostics", *sorted(
+        relation.name for stage in pipeline.STAGES for relation in stage.creates if not relation.transient)]
+
+    def tables() -> dict[str, list[tuple]]:
+        with traceview.load(path) as trace:
+            trace.analyze(**options)
+            return {name: trace.con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall() for name in relations}
+
+    with traceview.load(path) as trace:
+        assert pipeline.stage_threads(trace.con) > 1  # small enough to run stages side by side
+    side_by_side = tables()
+    monkeypatch.setattr(pipeline, "stage_threads", lambda con: 1)
+    assert tables() == side_by_side
+    assert len(side_by_side["kernels"]) > 600 and side_by_side["steps"]
 
 
 def test_a_stage_whose_prerequisite_is_missing_is_an_error_not_nulls() -> None:

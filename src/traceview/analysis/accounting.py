@@ -166,7 +166,7 @@ STAGE = Stage(
     doc="Where each step's wall time went: GPU busy, GPU idle inside the step's GPU span and time outside "
         "GPU work; with `--model`, the step's ideal bytes and FLOPs, so that wall = bytes/bandwidth + "
         "FLOPs/(peak·utilisation) + overhead.",
-    requires=("steps",),
+    requires=("steps", "devices"),  # devices: the stage that matches the GPU (context.gpu)
     creates=(
         Relation("step_accounting", "step", {
             "rank": "trace rank", "step_id": "`steps.step_id`", "phase": "`steps.phase`",

@@ -16,6 +16,9 @@ from traceview.analysis.stage import Stage
 from traceview.model import db
 
 
+TRANSIENT = ("kernel_name_labels", "kernel_costs", "kernel_steps", "memop_steps")
+
+
 def assemble(con: duckdb.DuckDBPyConnection) -> None:
     kernel_columns = ", ".join(f"k.{column}" for column in db.contract_columns("kernels"))
     costs = ", ".join(f"c.{column}" for column in roofline.COST_COLUMNS)
@@ -40,7 +43,7 @@ def assemble(con: duckdb.DuckDBPyConnection) -> None:
         FROM memops m LEFT JOIN memop_steps s ON s.rank = m.rank AND s.memop_id = m.memop_id
         """
     )
-    for table in ("kernel_name_labels", "kernel_costs", "kernel_steps", "memop_steps"):
+    for table in TRANSIENT:
         con.execute(f"DROP TABLE {table}")
 
 
@@ -50,4 +53,5 @@ STAGE = Stage(
         "add (`categories`, `kernel_costs`, `steps`), joined once.",
     requires=("kernels", "memops", "kernel_name_labels", "kernel_costs", "kernel_steps", "memop_steps", "steps"),
     run=lambda con, context: assemble(con),
+    rewrites=("kernels", "memops", *TRANSIENT),
 )

@@ -60,9 +60,8 @@ class Rule:
     phase_hint: str | None = None
 
 
-def _check_rule(path: Path, section: str, index: int, entry: object, labels: tuple[str, ...],
-                checker: duckdb.DuckDBPyConnection) -> Rule:
-    """Validate one TOML entry; every problem names the file, the list and the entry's index."""
+def _check_rule(path: Path, section: str, index: int, entry: object, labels: tuple[str, ...]) -> Rule:
+    """Validate one TOML entry's shape; every problem names the file, the list and the entry's index."""
     where = f"{path}: [[{section}]] entry {index}"
     if not isinstance(entry, dict):
         raise ValueError(f"{where}: not a table")
@@ -82,11 +81,23 @@ def _check_rule(path: Path, section: str, index: int, entry: object, labels: tup
     pattern = entry["pattern"]
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"{where}: pattern must be a non-empty string")
-    try:  # RE2 as DuckDB compiles it, not Python's re: that is the engine that will run it
-        checker.execute("SELECT regexp_matches('', ?)", [pattern]).fetchall()
-    except duckdb.Error as exc:
-        raise ValueError(f"{where}: bad pattern {pattern!r}: {exc}") from None
     return Rule(index, entry["name"], entry["field"], pattern, hint)
+
+
+def _check_patterns(path: Path, section: str, rules: tuple[Rule, ...]) -> None:
+    """Compile every pattern with RE2 as DuckDB does, not Python's re: that is the engine that will run
+    them. One statement for the list; only a failure pays for finding the entry."""
+    checker = db.scratch()
+    try:
+        checker.execute("SELECT " + ", ".join(f"regexp_matches('', {_quote(r.pattern)})" for r in rules))
+    except duckdb.Error:
+        for rule in rules:
+            try:
+                checker.execute(f"SELECT regexp_matches('', {_quote(rule.pattern)})")
+            except duckdb.Error as exc:
+                raise ValueError(f"{path}: [[{section}]] entry {rule.priority}: bad pattern {rule.pattern!r}: {exc}") from None
+    finally:
+        checker.close()
 
 
 @lru_cache(maxsize=8)
@@ -96,16 +107,14 @@ def _load(path: Path, mtime_ns: int) -> tuple[tuple[Rule, ...], tuple[Rule, ...]
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ValueError(f"{path}: {exc}") from None
-    checker = duckdb.connect()
-    try:
-        lists = []
-        for section, labels in (("category", CATEGORIES[:-1]), ("dtype", DTYPES + (NO_DTYPE,))):
-            entries = data.get(section)
-            if not isinstance(entries, list) or not entries:
-                raise ValueError(f"{path}: no [[{section}]] rules")
-            lists.append(tuple(_check_rule(path, section, i, e, labels, checker) for i, e in enumerate(entries)))
-    finally:
-        checker.close()
+    lists = []
+    for section, labels in (("category", CATEGORIES[:-1]), ("dtype", DTYPES + (NO_DTYPE,))):
+        entries = data.get(section)
+        if not isinstance(entries, list) or not entries:
+            raise ValueError(f"{path}: no [[{section}]] rules")
+        rules = tuple(_check_rule(path, section, i, e, labels) for i, e in enumerate(entries))
+        _check_patterns(path, section, rules)
+        lists.append(rules)
     return lists[0], lists[1]
 
 
@@ -141,13 +150,11 @@ def _register_patterns(con: duckdb.DuckDBPyConnection, categories: tuple[Rule, .
         "CREATE OR REPLACE TABLE category_patterns "
         "(priority INTEGER, category VARCHAR, field VARCHAR, pattern VARCHAR, phase_hint VARCHAR)"
     )
-    con.executemany("INSERT INTO category_patterns VALUES (?, ?, ?, ?, ?)",
-                    [[r.priority, r.label, r.field, r.pattern, r.phase_hint] for r in categories])
+    db.insert_rows(con, "category_patterns", [[r.priority, r.label, r.field, r.pattern, r.phase_hint] for r in categories])
     con.execute(
         "CREATE OR REPLACE TABLE dtype_patterns (priority INTEGER, dtype VARCHAR, field VARCHAR, pattern VARCHAR)"
     )
-    con.executemany("INSERT INTO dtype_patterns VALUES (?, ?, ?, ?)",
-                    [[r.priority, r.label, r.field, r.pattern] for r in dtypes])
+    db.insert_rows(con, "dtype_patterns", [[r.priority, r.label, r.field, r.pattern] for r in dtypes])
 
 
 def classify_kernels(con: duckdb.DuckDBPyConnection, path: str | Path = PATTERNS_FILE) -> None:

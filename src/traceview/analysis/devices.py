@@ -360,4 +360,5 @@ STAGE = Stage(
     ),
     adds=(Columns("devices", {column: meaning for column, (_, meaning) in DEVICE_COLUMNS.items()}),),
     run=lambda con, context: setattr(context, "gpu", match_devices(con, context.options.gpu)),
+    rewrites=("devices",),
 )

@@ -19,6 +19,7 @@ import duckdb
 from traceview.analysis.stage import Relation, Stage
 from traceview.compat import tomllib
 from traceview.errors import TraceviewError
+from traceview.model import db
 
 
 COST_MODELS_FILE = Path(__file__).with_name("op_costs.toml")
@@ -153,7 +154,7 @@ def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
         raise TraceviewError(f"{path.name}: expected only [[op]] entries")
     seen: set[str] = set()
     models = tuple(_parse_entry(number, entry, seen) for number, entry in enumerate(entries, start=1))
-    con = duckdb.connect()
+    con = db.scratch()
     _create_macros(con)
     con.execute(
         f"""CREATE TEMP TABLE _op_inputs AS
@@ -170,7 +171,8 @@ def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
     except duckdb.Error:
         for check in checks:
             _check_sql(con, *check)
-    con.close()
+    finally:
+        con.close()
     return models
 
 

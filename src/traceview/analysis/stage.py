@@ -10,6 +10,7 @@ the page and that every declared column exists, in order, after an analysis.
 
 from __future__ import annotations
 
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -17,6 +18,7 @@ import duckdb
 
 from traceview import profiling
 from traceview.errors import TraceviewError
+from traceview.model import db
 
 
 @dataclass(frozen=True)
@@ -56,31 +58,65 @@ class Stage:
     creates: tuple[Relation, ...] = ()
     adds: tuple[Columns, ...] = ()
     run: Callable[[duckdb.DuckDBPyConnection, Context], None] = field(default=lambda con, ctx: None, repr=False)
+    # existing relations it replaces or drops (devices rewrites `devices`; assemble rewrites `kernels` with
+    # the columns the stages add and drops the transient relations): the scheduler orders it after every
+    # stage that reads them
+    rewrites: tuple[str, ...] = ()
+
+    def writes(self) -> set[str]:
+        return {r.name for r in self.creates} | set(self.rewrites)
 
 
-def relations(con: duckdb.DuckDBPyConnection) -> set[str]:
-    return {name for (name,) in con.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema IN ('main', 'temp')"
-    ).fetchall()}
+def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], context: Context,
+               threads: int = 1) -> None:
+    """Run each stage after checking that what it requires exists; a gap in the order is a bug, said so.
+
+    With `threads` > 1 a stage starts as soon as the earlier stages it depends on are done (it reads
+    what they write, or writes what they read or write), on a cursor of its own; what each stage reads
+    and writes is as in the listed order, so the tables are the same."""
+    after = waits_for(stages)
+    if threads <= 1:
+        for stage in stages:
+            _run(con, stage, context)
+        return
+    done: set[str] = set()
+    waiting = list(stages)
+    with profiling.overlapping("analysis"), db.cursor_pool(con, threads) as submit:
+        running: dict[Future, Stage] = {}
+        while waiting or running:
+            for stage in [s for s in waiting if all(name in done for name in after[s.name])]:
+                waiting.remove(stage)
+                running[submit(_run, stage, context)] = stage
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                done.add(running.pop(future).name)
+                future.result()  # a failure starts no more stages; leaving the pool waits for the running ones
 
 
-def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], context: Context) -> None:
-    """Run each stage after checking that what it requires exists; a gap in the order is a bug, said so."""
-    present = relations(con)
-    for stage in stages:
-        missing = [name for name in stage.requires if name not in present]
-        if missing:
-            raise TraceviewError(f"analysis stage {stage.name} needs {', '.join(missing)}, "
-                                 "which no earlier stage created")
-        with profiling.step("analysis", stage.name, lambda: _rows_created(con, stage)):
-            stage.run(con, context)
-        present = relations(con)
+def waits_for(stages: tuple[Stage, ...]) -> dict[str, list[str]]:
+    """Each stage's earlier stages that it must wait for: it reads what they write, or writes what they
+    read or write. Any order that keeps these gives the tables the listed order gives."""
+    def depends(stage: Stage, earlier: Stage) -> bool:
+        return bool(set(stage.requires) & earlier.writes()
+                    or stage.writes() & (set(earlier.requires) | earlier.writes()))
+
+    return {stage.name: [earlier.name for earlier in stages[:i] if depends(stage, earlier)]
+            for i, stage in enumerate(stages)}
+
+
+def _run(con: duckdb.DuckDBPyConnection, stage: Stage, context: Context) -> None:
+    missing = [name for name in stage.requires if not db.has_table(con, name)]
+    if missing:
+        raise TraceviewError(f"analysis stage {stage.name} needs {', '.join(missing)}, "
+                             "which no earlier stage created")
+    with profiling.step("analysis", stage.name, lambda: _rows_created(con, stage)):
+        stage.run(con, context)
 
 
 def _rows_created(con: duckdb.DuckDBPyConnection, stage: Stage) -> int:
     """Rows of the tables a stage created (views are counted where they are read), for --profile."""
-    return sum(con.execute(f"SELECT count(*) FROM {relation.name}").fetchone()[0]
-               for relation in stage.creates if not relation.view)
+    return sum(con.execute(f"SELECT count(*) FROM {relation.name}").fetchall()[0][0]  # fetchone leaves the
+               for relation in stage.creates if not relation.view)  # result open, and the next register fails
 
 
 def render(stages: tuple[Stage, ...]) -> str:

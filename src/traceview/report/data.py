@@ -8,7 +8,7 @@ rendered again or compared without the trace.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import duckdb
 
@@ -24,6 +24,7 @@ from traceview.rules.loader import severity_order_sql
 from traceview.units import duration, size
 
 SCHEMA_VERSION = 1
+SECTION_THREADS = 4
 TOP_KERNELS = 25
 ROOFLINE_KERNEL_POINTS = 300
 PHASE_ORDER = ("prefill", "decode", "mixed", "train", "unknown", "empty", "other")
@@ -337,7 +338,7 @@ def _categories(con) -> list[dict[str, Any]]:
     return dict_rows(con, """
         SELECT phase, category, kernels, time_ns, 100.0 * time_ns / sum(time_ns) OVER (PARTITION BY phase) AS share_of_phase_pct
         FROM (SELECT phase, category, count(*) AS kernels, sum(dur_ns)::BIGINT AS time_ns FROM kernels GROUP BY ALL)
-        ORDER BY phase, time_ns DESC""")
+        ORDER BY phase, time_ns DESC, category""")
 
 
 def _roofline(con) -> dict[str, Any]:
@@ -550,26 +551,31 @@ def trace_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
 def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: str,
                  focus_step: FocusStep | None = None) -> dict[str, Any]:
     """ReportData; under --profile each section is a `report` step, so a slow one shows by name."""
-    sections = {
-        "trace": lambda: _trace(con),
-        "gpu": lambda: _gpu(con),
-        "summary": lambda: _summary(con),
-        "phases": lambda: phase_rows(con),
-        "steps": lambda: step_rows(con),
-        "phase_time_split": lambda: phase_time_split(con),
-        "top_kernels": lambda: _top_kernels(con),
-        "kernel_families": lambda: _kernel_families(con),
-        "categories": lambda: _categories(con),
-        "roofline": lambda: _roofline(con),
-        "findings": lambda: finding_windows(con, [f.to_dict() for f in result.findings]),
-        "capture": lambda: _capture(con, result),
-        "diagnosis": lambda: _diagnosis(con),
-        "timeline": lambda: build_timeline(con, focus_step),
+    sections: dict[str, Callable[[duckdb.DuckDBPyConnection], Any]] = {
+        "trace": _trace,
+        "gpu": _gpu,
+        "summary": _summary,
+        "phases": phase_rows,
+        "steps": step_rows,
+        "phase_time_split": phase_time_split,
+        "top_kernels": _top_kernels,
+        "kernel_families": _kernel_families,
+        "categories": _categories,
+        "roofline": _roofline,
+        "findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in result.findings]),
+        "capture": lambda cursor: _capture(cursor, result),
+        "diagnosis": _diagnosis,
+        "timeline": lambda cursor: build_timeline(cursor, focus_step),
     }
-    data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "generator": {"name": "traceview", "version": version}}
-    for name, build in sections.items():
+
+    def section(cursor: duckdb.DuckDBPyConnection, name: str) -> Any:
         with profiling.step("report", name):
-            data[name] = build()
+            return sections[name](cursor)
+
+    data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "generator": {"name": "traceview", "version": version}}
+    with profiling.overlapping("report"), db.cursor_pool(con, SECTION_THREADS) as submit:  # they only read
+        futures = {name: submit(section, name) for name in sections}
+    data.update((name, future.result()) for name, future in futures.items())
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
     data["verdict"] = _verdict(data)
     return data

@@ -8,13 +8,10 @@ claims nanoseconds per step and bucket, and no two findings are granted the same
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import os
 import re
 import string
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -255,26 +252,13 @@ def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
 
 
 def _in_parallel(con: duckdb.DuckDBPyConnection, rules: list[Rule], outcome) -> list:
-    """Each rule's outcome, in rule order, from RULE_THREADS threads with a cursor each: rules only read, a
-    small trace's rules are DuckDB planning (one core per query) and DuckDB releases the GIL while it works.
-    Each thread runs in a copy of this context, so --profile still sees its steps."""
+    """Each rule's outcome, in rule order, from RULE_THREADS threads with a cursor each: rules only read, and
+    a small trace's rules are DuckDB planning (one core per query)."""
     if len(rules) < 2:
         return [outcome(rule, con) for rule in rules]
-    local = threading.local()
-
-    def run(rule: Rule, context: contextvars.Context):
-        if not hasattr(local, "cursor"):
-            local.cursor = con.cursor()
-            cursors.append(local.cursor)
-        return context.run(outcome, rule, local.cursor)
-
-    cursors: list[duckdb.DuckDBPyConnection] = []
-    try:
-        with ThreadPoolExecutor(RULE_THREADS) as pool:
-            return list(pool.map(run, rules, [contextvars.copy_context() for _ in rules]))
-    finally:
-        for cursor in cursors:
-            cursor.close()
+    with db.cursor_pool(con, RULE_THREADS) as submit:
+        futures = [submit(lambda cursor, rule: outcome(rule, cursor), rule) for rule in rules]
+    return [future.result() for future in futures]
 
 
 def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
