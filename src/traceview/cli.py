@@ -8,7 +8,7 @@ import sys
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import click
 import duckdb
@@ -344,11 +344,13 @@ def _make_parent(path: Path) -> None:
         raise TraceviewError(f"{path}: cannot create the directory {path.parent} ({exc.strerror or exc})") from None
 
 
-def _write(outputs: dict[Renderer, Path | None], document) -> None:
-    """Each format of a document to its file, or to stdout (None)."""
-    for renderer, target in outputs.items():
+def _write(outputs: dict[Renderer, Path | None], document, renders: dict[Renderer, Callable] | None = None) -> None:
+    """Each format of a document to its file, or to stdout (None); `renders` holds render functions already
+    started (Renderer.start), rendered last so that the others are written while they work."""
+    renders = renders or {}
+    for renderer, target in sorted(outputs.items(), key=lambda item: item[0] in renders):
         with profiling.step("render", renderer.name, lambda: len(content)):
-            content = renderer.render(document)
+            content = renders.get(renderer, renderer.render)(document)
         if target is None:
             if renderer.binary:
                 sys.stdout.buffer.write(content)
@@ -447,10 +449,10 @@ def report(trace: Path | None, output: str | None, formats: str, focus_step: str
     with _profiled(profile):
         with api.load(trace) as loaded:
             outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
-            for renderer in chosen:  # while DuckDB analyses; the ingest before holds the GIL more
-                renderer.prepare_in_background()
+            # what the formats render with loads while the trace is analysed
+            renders = {renderer: renderer.start() for renderer in chosen if renderer.prepare}
             data = workflow.report(loaded, options, focus_step=focus)
-        _write(outputs, data)
+        _write(outputs, data, renders)
 
 
 def _audit_outputs(func):

@@ -9,10 +9,14 @@ GitHub annotations) is one module plus one entry here.
 from __future__ import annotations
 
 import importlib
+import os
+import pickle
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from traceview.errors import TraceviewError
 
@@ -34,13 +38,15 @@ class Renderer:
     def render(self, document: Any) -> str | bytes:
         return getattr(importlib.import_module(f"traceview.report.{self.module}"), self.function)(document)
 
-    def prepare_in_background(self) -> None:
-        """Start loading what this format renders with (HTML: altair, the templates) on a daemon thread, so
-        it overlaps the analysis instead of following it. It overlaps only where DuckDB runs without the GIL:
-        the analysis's Python-heavy stages wait for it meanwhile (docs/performance.md, second pass). Rendering
-        later waits on Python's import lock for whatever is not loaded yet; a failure here is raised there."""
+    def start(self) -> Callable[[Any], str | bytes]:
+        """This format's render function, with what it renders with (HTML: altair, the chart code, the
+        templates, the Vega bundle) loading from now on, so that it overlaps the analysis. On a machine with a
+        second core the loading, and then the render, run in a process of their own (report/worker.py): on a
+        thread, altair's import holds the GIL the analysis's Python needs. With one core, on a thread."""
         if self.prepare is None:
-            return
+            return self.render
+        if _cores() > 1:
+            return _InWorker(self)
 
         def load() -> None:
             try:
@@ -49,6 +55,35 @@ class Renderer:
                 pass
 
         threading.Thread(target=load, name=f"prepare-{self.name}", daemon=True).start()
+        return self.render
+
+
+def _cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+class _InWorker:
+    """A renderer's process, started now: it loads, then waits for the one document it renders."""
+
+    def __init__(self, renderer: Renderer):
+        self.name = renderer.name
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}  # this process's imports
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "traceview.report.worker", renderer.module, renderer.prepare, renderer.function],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+    def __call__(self, document: Any) -> str | bytes:
+        out, _ = self.process.communicate(pickle.dumps(document, protocol=pickle.HIGHEST_PROTOCOL))
+        if self.process.returncode or not out:
+            raise TraceviewError(f"the {self.name} renderer's process failed (exit code {self.process.returncode})")
+        reply = pickle.loads(out)
+        if reply[0] == "ok":
+            return reply[1]
+        _, kind, message, where = reply
+        if kind == TraceviewError.__name__:
+            raise TraceviewError(message)
+        raise RuntimeError(f"{kind} rendering {self.name}: {message}\n\nin the renderer's process:\n{where}")
 
 
 class Registry:

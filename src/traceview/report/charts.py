@@ -164,9 +164,10 @@ def step_timeline(data: dict[str, Any]) -> alt.Chart | None:
         x = alt.X("x0:Q", title=x_title, scale=alt.Scale(domain=[first - 0.5, last + 0.5], nice=False, zero=False),
                   axis=alt.Axis(format="d", tickMinStep=1, values=ticks, grid=False))
         wall = base.mark_bar(opacity=0.35).encode(
-            x=x, x2="x1:Q", y=alt.Y("wall_ms:Q", title="ms per step"), y2=alt.datum(0), color=color, tooltip=tooltip)
+            x=x, x2=alt.X2("x1:Q"), y=alt.Y("wall_ms:Q", title="ms per step"), y2=alt.Y2Datum(0), color=color,
+            tooltip=tooltip)
         gpu = base.mark_bar().encode(
-            x=x, x2="x1:Q", y="gpu_ms:Q", y2=alt.datum(0), color=color, tooltip=tooltip)
+            x=x, x2=alt.X2("x1:Q"), y=alt.Y("gpu_ms:Q"), y2=alt.Y2Datum(0), color=color, tooltip=tooltip)
         chart = alt.layer(wall, gpu)
     else:
         long = [{**r, "measure": m, "ms": r[f"{k}_ms"]} for r in rows for m, k in (("wall", "wall"), ("GPU time", "gpu"))]
@@ -177,7 +178,7 @@ def step_timeline(data: dict[str, Any]) -> alt.Chart | None:
             y=alt.Y("ms:Q", title="mean ms per step"), color=color,
             strokeDash=alt.StrokeDash("measure:N", title="measure", sort=["wall", "GPU time"],
                                       scale=alt.Scale(domain=["wall", "GPU time"], range=[[1, 0], [4, 3]])),
-            detail="measure:N", tooltip=tooltip,
+            detail=alt.Detail("measure:N"), tooltip=tooltip,
         ).properties(width=WIDTH - 80, height=240)
     return _config(chart)
 
@@ -234,15 +235,15 @@ def roofline(data: dict[str, Any]) -> alt.Chart | None:
     roof_lines, roof_labels = _roof_rows(gpu, hbm, x_min, x_max) if peak_values else ([], [])
     if roof_lines:
         layers.append(alt.Chart(alt.Data(values=roof_lines)).mark_line(color="#555", strokeWidth=1.2, clip=True).encode(
-            x=x, y=y, detail="roof:N", order="i:Q", tooltip=[alt.Tooltip("roof:N", title="roof")]))
+            x=x, y=y, detail=alt.Detail("roof:N"), order=alt.Order("i:Q"), tooltip=[alt.Tooltip("roof:N", title="roof")]))
         layers.append(alt.Chart(alt.Data(values=roof_labels)).mark_text(
             align="right", baseline="bottom", dx=-4, dy=-2, fontSize=10, color="#444", clip=True).encode(
-            x=x, y=y, text="text:N"))
+            x=x, y=y, text=alt.Text("text:N")))
     if roof_lines and hbm:
         slope_x = x_min * 2
         layers.append(alt.Chart(alt.Data(values=[{"ai": slope_x, "tflops": hbm * slope_x, "text": f"HBM {hbm:g} TB/s"}]))
                       .mark_text(align="left", baseline="top", dx=6, dy=4, fontSize=10, color="#444", clip=True)
-                      .encode(x=x, y=y, text="text:N"))
+                      .encode(x=x, y=y, text=alt.Text("text:N")))
     if kernels:
         layers.append(alt.Chart(alt.Data(values=kernels)).mark_circle(opacity=0.55, clip=True).encode(
             x=x, y=y, color=color, size=alt.Size("ms:Q", title="kernel ms", scale=alt.Scale(range=[12, 320]),
@@ -267,7 +268,7 @@ def roofline(data: dict[str, Any]) -> alt.Chart | None:
             x=x, y=y, tooltip=tip))
         layers.append(alt.Chart(alt.Data(values=phases)).mark_text(align="center", dy=-16, fontSize=12, fontWeight="bold",
                                                                    color="#111", clip=True).encode(
-            x=x, y=y, text="phase:N", tooltip=tip))
+            x=x, y=y, text=alt.Text("phase:N"), tooltip=tip))
     chart = alt.layer(*layers).properties(width=WIDTH - 200, height=420)
     return _config(chart)
 
@@ -353,8 +354,10 @@ def step_lanes(step: dict[str, Any], colors: dict[str, str]) -> alt.LayerChart |
     timing = [alt.Tooltip("start:N", title="start"), alt.Tooltip("duration:N", title="duration")]
     merged = [alt.Tooltip("c:Q", title="merged marks", format=","), alt.Tooltip("extent:N", title="bar spans")]
 
-    # communication kernels fill their lane's whole height (the rest 70%) in a colour of their own
-    tall = alt.condition("datum.w === 'communication'", alt.value(LANE_PX - 2), alt.value(round(0.7 * LANE_PX)))
+    # communication kernels fill their lane's whole height (the rest 70%) in a colour of their own. Every
+    # encoding here is a channel object: altair turns a shorthand string or a value dict into one through
+    # from_dict, which hashes its whole schema on each call (5 ms a call, most of the page's chart time)
+    tall = alt.SizeValue(round(0.7 * LANE_PX), condition={"test": "datum.w === 'communication'", "value": LANE_PX - 2})
 
     def layer(name: str, tooltip: list[alt.Tooltip], kernels: bool = False) -> alt.Chart:
         base = alt.Chart(alt.NamedData(name)).transform_lookup(
@@ -364,8 +367,9 @@ def step_lanes(step: dict[str, Any], colors: dict[str, str]) -> alt.LayerChart |
             op="datum.s > 0 ? max(0.35, min(1, datum.d / datum.s)) : 1",  # a merged bar is as solid as it is busy
             start=f"'+' + ({_duration('o')})", duration=_duration("d"), extent=_duration("s"))
         chart = base.mark_bar(clip=True).encode(
-            x=x, x2="x1:Q", y=y, color=color, opacity=alt.Opacity("op:Q", scale=None, legend=None), tooltip=tooltip)
-        return chart.encode(size=tall if kernels else alt.value(round(0.7 * LANE_PX)))
+            x=x, x2=alt.X2("x1:Q"), y=y, color=color, opacity=alt.Opacity("op:Q", scale=None, legend=None),
+            tooltip=tooltip)
+        return chart.encode(size=tall if kernels else alt.SizeValue(round(0.7 * LANE_PX)))
 
     kernel_tip = [alt.Tooltip("name:N", title="kernel"), *timing, alt.Tooltip("m:N", title="category"),
                   alt.Tooltip("t:N", title="dtype")]
