@@ -4,6 +4,16 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from traceview.api import Trace, load  # noqa: E402 - after __version__, which api imports
-from traceview.errors import TraceviewError  # noqa: E402
+from traceview.errors import TraceviewError  # noqa: E402 - after __version__
+
 __all__ = ["Trace", "TraceviewError", "load", "__version__"]
+
+
+def __getattr__(name: str):
+    """`traceview.load` and `traceview.Trace` import DuckDB, pyarrow and the readers on first use, so a
+    process that needs none of them (the HTML renderer's) does not pay for them."""
+    if name in ("Trace", "load"):
+        from traceview import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'traceview' has no attribute {name!r}")

@@ -345,10 +345,10 @@ def _make_parent(path: Path) -> None:
 
 
 def _write(outputs: dict[Renderer, Path | None], document, renders: dict[Renderer, Callable] | None = None) -> None:
-    """Each format of a document to its file, or to stdout (None); `renders` holds render functions already
-    started (Renderer.start), rendered last so that the others are written while they work."""
+    """Each format of a document to its file, or to stdout (None); `renders` holds the render functions
+    already started (Renderer.start)."""
     renders = renders or {}
-    for renderer, target in sorted(outputs.items(), key=lambda item: item[0] in renders):
+    for renderer, target in outputs.items():
         with profiling.step("render", renderer.name, lambda: len(content)):
             content = renders.get(renderer, renderer.render)(document)
         if target is None:

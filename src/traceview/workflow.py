@@ -12,7 +12,9 @@ gives the same findings whichever command reads it.
 
 from __future__ import annotations
 
+import contextvars
 import json
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -66,9 +68,19 @@ def check(trace: api.Trace, options: CheckOptions) -> engine.CheckResult:
 def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None,
            focus_step: FocusStep | None = None) -> dict[str, Any]:
     """ReportData for the trace; `result` reuses a check already run on it with these options; `focus_step`
-    adds that step to the timeline."""
-    result = result or check(trace, options)
-    return build_report(trace.con, result, __version__, focus_step=focus_step)  # profiled per section
+    adds that step to the timeline. Without `result` the rules run while the report's sections that do not
+    need their findings are built (both only read the analysed trace)."""
+    if result is not None:
+        return build_report(trace.con, result, __version__, focus_step=focus_step)  # profiled per section
+    trace.analyze(options.analysis)
+    rules_con = trace.con.cursor()
+    try:
+        with profiling.alongside("report", "rules"), ThreadPoolExecutor(1) as pool:
+            checked = pool.submit(contextvars.copy_context().run, engine.check, rules_con, list(options.rules),
+                                  options.config, options.known)
+            return build_report(trace.con, checked, __version__, focus_step=focus_step)
+    finally:
+        rules_con.close()
 
 
 def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSummary:

@@ -4,12 +4,13 @@ through `-o` (the file named is that format's, the others land beside it, no two
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from traceview.errors import TraceviewError
-from traceview.report import DOCUMENTS, REPORT
+from traceview.report import DOCUMENTS, REPORT, _cores, _InWorker
 
 FORMATS = [(registry, renderer) for registry in DOCUMENTS.values() for renderer in registry.renderers.values()]
 
@@ -58,3 +59,33 @@ def test_a_new_format_is_opt_in_and_the_defaults_stay() -> None:
     grown = Registry("report", *REPORT.renderers.values(), Renderer("sarif", "sarif", "sarif", "SARIF"))
     assert grown.defaults() == ["html", "md", "json"] and grown.names()[-1] == "sarif"
     assert Registry("diff", Renderer("md", "md", "diff_markdown", "Markdown")).defaults() == ["md"]
+
+
+@pytest.fixture(scope="module")
+def sample_report() -> dict:
+    from conftest import REPO
+    from traceview import api, workflow
+
+    with api.load(REPO / "sample_traces" / "llm_serving.pt.trace.json.gz") as trace:
+        return workflow.report(trace, workflow.CheckOptions.configured())
+
+
+@pytest.mark.skipif(_cores() < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
+def test_the_html_rendered_in_its_own_process_is_the_page_rendered_here(sample_report: dict) -> None:
+    from traceview.report import html
+
+    started = REPORT["html"].start()
+    assert isinstance(started, _InWorker)
+    assert started(sample_report) == html.render(sample_report)
+    assert started.process.returncode == 0
+
+
+@pytest.mark.skipif(_cores() < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
+def test_a_failure_in_the_renderers_process_is_raised_here_and_no_document_ends_it_quietly(sample_report) -> None:
+    broken = replace(REPORT["html"], function="no_such_function").start()
+    with pytest.raises(RuntimeError, match="^AttributeError rendering html: .*no_such_function") as raised:
+        broken(sample_report)
+    assert "in the renderer's process" in str(raised.value)  # --debug shows where it failed there
+    unused = REPORT["html"].start()
+    unused.process.stdin.close()  # the command failed before it had a report
+    assert unused.process.wait(timeout=60) == 0 and unused.process.stdout.read() == b""

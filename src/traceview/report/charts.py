@@ -11,10 +11,9 @@ import math
 from typing import Any
 
 import altair as alt
-import polars as pl
 
 from traceview import units as fmt
-from traceview.report.data import PHASE_COLORS, PHASE_ORDER
+from traceview.report.style import PHASE_COLORS, PHASE_ORDER
 
 WIDTH = 980
 MAX_STEP_BARS = 400  # above this, steps are averaged in buckets so the chart stays readable
@@ -123,20 +122,18 @@ def step_bucket(steps: int) -> int:
 
 def _step_rows(steps: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
     """Per step rows, or per (bucket, phase) averages when there are too many steps to draw one by one."""
+    size = step_bucket(len(steps))
+    if size == 1:
+        return [{"index": s["index"], "x0": s["index"] - 0.45, "x1": s["index"] + 0.45, "phase": s["phase"] or "none",
+                 "wall_ms": _ms(s["wall_ns"]), "gpu_ms": _ms(s["gpu_time_ns"]), "kernels": s["kernels"],
+                 "name": _label(s["name"])} for s in steps], 1
+    import polars as pl  # 0.1 s to import: only for a trace with more steps than the chart draws
+
     frame = pl.DataFrame(
         {"index": [s["index"] for s in steps], "phase": [s["phase"] or "none" for s in steps],
-         "wall_ns": [s["wall_ns"] for s in steps], "gpu_ns": [s["gpu_time_ns"] for s in steps],
-         "kernels": [s["kernels"] for s in steps], "name": [_label(s["name"]) for s in steps]},
-        schema={"index": pl.Int64, "phase": pl.Utf8, "wall_ns": pl.Float64, "gpu_ns": pl.Float64,
-                "kernels": pl.Int64, "name": pl.Utf8},
+         "wall_ns": [s["wall_ns"] for s in steps], "gpu_ns": [s["gpu_time_ns"] for s in steps]},
+        schema={"index": pl.Int64, "phase": pl.Utf8, "wall_ns": pl.Float64, "gpu_ns": pl.Float64},
     )
-    size = step_bucket(frame.height)
-    if size == 1:
-        out = frame.select(
-            "index", (pl.col("index") - 0.45).alias("x0"), (pl.col("index") + 0.45).alias("x1"), "phase",
-            (pl.col("wall_ns") / 1e6).round(6).alias("wall_ms"), (pl.col("gpu_ns") / 1e6).round(6).alias("gpu_ms"),
-            "kernels", "name")
-        return out.to_dicts(), 1
     out = (frame.with_columns((pl.col("index") // size * size).alias("start"))
            .group_by("start", "phase")
            .agg(pl.len().alias("steps"), (pl.col("wall_ns").mean() / 1e6).round(6).alias("wall_ms"),

@@ -8,6 +8,7 @@ rendered again or compared without the trace.
 from __future__ import annotations
 
 import re
+from concurrent.futures import Future
 from typing import Any, Callable
 
 import duckdb
@@ -18,6 +19,7 @@ from traceview.analysis.intervals import busy_time_sql
 from traceview.model import db
 from traceview.model.db import dict_rows
 from traceview.report.finding_windows import finding_windows
+from traceview.report.style import PHASE_ORDER
 from traceview.report.timeline import FocusStep, build_timeline
 from traceview.rules.engine import CheckResult
 from traceview.rules.loader import severity_order_sql
@@ -27,10 +29,6 @@ SCHEMA_VERSION = 1
 SECTION_THREADS = 4
 TOP_KERNELS = 25
 ROOFLINE_KERNEL_POINTS = 300
-PHASE_ORDER = ("prefill", "decode", "mixed", "train", "unknown", "empty", "other")
-# one colour per phase for the charts and the HTML tables ('none': work with no phase)
-PHASE_COLORS = {"prefill": "#4c78a8", "decode": "#f58518", "mixed": "#54a24b", "train": "#e45756", "unknown": "#9d9d9d",
-                "empty": "#d4d4d4", "other": "#b279a2", "none": "#79706e"}
 DIAGNOSIS_ROWS = 10  # rows per diagnosis table (largest first)
 COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
 FIX_MIN_WORDS, FIX_MAX_CHARS = 3, 120  # the verdict's one-clause fix: cut at a clause break past its third word
@@ -548,9 +546,13 @@ def trace_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
     }
 
 
-def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: str,
+def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult | Future[CheckResult], version: str,
                  focus_step: FocusStep | None = None) -> dict[str, Any]:
-    """ReportData; under --profile each section is a `report` step, so a slow one shows by name."""
+    """ReportData; under --profile each section is a `report` step, so a slow one shows by name. `result`
+    may still be running: only the sections built from the findings wait for it."""
+    def findings() -> CheckResult:
+        return result.result() if isinstance(result, Future) else result
+
     sections: dict[str, Callable[[duckdb.DuckDBPyConnection], Any]] = {
         "trace": _trace,
         "gpu": _gpu,
@@ -562,8 +564,8 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult, version: s
         "kernel_families": _kernel_families,
         "categories": _categories,
         "roofline": _roofline,
-        "findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in result.findings]),
-        "capture": lambda cursor: _capture(cursor, result),
+        "findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in findings().findings]),
+        "capture": lambda cursor: _capture(cursor, findings()),
         "diagnosis": _diagnosis,
         "timeline": lambda cursor: build_timeline(cursor, focus_step),
     }

@@ -24,7 +24,7 @@ from markupsafe import Markup
 from traceview import units as fmt
 from traceview.errors import TraceviewError
 from traceview.files import user_cache_dir, write_atomically
-from traceview.report.data import PHASE_COLORS, PHASE_ORDER
+from traceview.report.style import PHASE_COLORS, PHASE_ORDER
 from traceview.resources import data_dir
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "
