@@ -58,8 +58,7 @@ def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: P
     assert sum(wall for wall, _ in kinds.values()) == pytest.approx(total, abs=0.001 * len(kinds))
     # rules run on several threads: their total is the time they took, at most the sum of their steps
     assert kinds["rules"][1] == "(total, steps overlapped)"
-    # a trace this small runs independent analysis stages side by side (analysis/pipeline.stage_threads); the
-    # report's sections always run side by side
+    # a trace this small runs independent analysis stages and the report's sections side by side (db.side_by_side)
     assert kinds["analysis"][1] == kinds["report"][1] == "(total, steps overlapped)"
     for kind in ("rules", "analysis", "report"):
         assert kinds[kind][0] <= sum(wall for (k, _), (wall, _) in rows.items() if k == kind) + 0.001 * len(rows)

@@ -32,6 +32,11 @@ KERNEL_ROW_BYTES = 1536
 HOST_ROW_BYTES = 200
 
 
+def cores() -> int:
+    """The cores this process may run on (a container's CPU set, not the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def physical_memory() -> int:
     """The machine's memory, or the limit of the process's memory cgroup (v2 `memory.max`, v1
     `memory.limit_in_bytes`) where that is smaller: a container's or a CI job's memory is its cgroup's."""

@@ -24,6 +24,7 @@ import duckdb
 from traceview import __version__, api, profiling
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
+from traceview.model import db
 from traceview.report.chrome_trace import ExportSummary, write_chrome_trace
 from traceview.report.data import SCHEMA_VERSION, build_report
 from traceview.report.finding_windows import finding_windows
@@ -68,11 +69,17 @@ def check(trace: api.Trace, options: CheckOptions) -> engine.CheckResult:
 def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None,
            focus_step: FocusStep | None = None) -> dict[str, Any]:
     """ReportData for the trace; `result` reuses a check already run on it with these options; `focus_step`
-    adds that step to the timeline. Without `result` the rules run while the report's sections that do not
-    need their findings are built (both only read the analysed trace)."""
-    if result is not None:
-        return build_report(trace.con, result, __version__, focus_step=focus_step)  # profiled per section
-    trace.analyze(options.analysis)
+    adds that step to the timeline. Without `result`, on a trace small enough to run statements side by
+    side (db.side_by_side), the rules run while the sections that do not need their findings are built."""
+    if result is None:
+        trace.analyze(options.analysis)
+        if db.side_by_side(trace.con) > 1:
+            return _report_beside_rules(trace, options, focus_step)
+        result = check(trace, options)
+    return build_report(trace.con, result, __version__, focus_step=focus_step)  # profiled per section
+
+
+def _report_beside_rules(trace: api.Trace, options: CheckOptions, focus_step: FocusStep | None) -> dict[str, Any]:
     rules_con = trace.con.cursor()
     try:
         with profiling.alongside("report", "rules"), ThreadPoolExecutor(1) as pool:

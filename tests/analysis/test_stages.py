@@ -78,9 +78,9 @@ def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, opti
             return {name: trace.con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall() for name in relations}
 
     with traceview.load(path) as trace:
-        assert pipeline.stage_threads(trace.con) > 1  # small enough to run stages side by side
+        assert db.side_by_side(trace.con) > 1  # small enough to run stages side by side
     side_by_side = tables()
-    monkeypatch.setattr(pipeline, "stage_threads", lambda con: 1)
+    monkeypatch.setattr(db, "side_by_side", lambda con: 1)
     assert tables() == side_by_side
     assert len(side_by_side["kernels"]) > 600 and side_by_side["steps"]
 

@@ -6,7 +6,6 @@ reads and creates are declared in their modules (analysis/stage.py); this module
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import duckdb
@@ -16,6 +15,7 @@ from traceview.analysis import (accounting, activity, assemble, budget, categori
 from traceview.analysis.models import load_model
 from traceview.analysis.stage import Context, Stage, run_stages
 from traceview.errors import TraceviewError
+from traceview.model import db
 
 
 @dataclass(frozen=True)
@@ -42,9 +42,6 @@ class AnalysisOptions:
             raise TraceviewError(f"--model {self.model}: {exc}") from None
         return accounting.ModelOptions(model, self.dtype, self.tp, self.batch, self.context, self.utilization)
 
-
-ROW_GROUP_ROWS = 122_880  # DuckDB's row group size
-STAGE_THREADS = 4
 
 # In dependency order; each stage declares what it reads and creates (docs/analysis.md is built from them).
 STAGES: tuple[Stage, ...] = (
@@ -79,18 +76,7 @@ def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisO
     for pattern in (options.step_regex, *(regex for _, regex in options.phase_kernels)):
         _check_regex(con, pattern)
     con.execute("DELETE FROM diagnostics WHERE source = 'analysis'")
-    run_stages(con, STAGES, Context(options, model), threads=stage_threads(con))
-
-
-def stage_threads(con: duckdb.DuckDBPyConnection) -> int:
-    """Independent stages side by side where no event table fills one of DuckDB's row groups: a scan is
-    split by row group, so below one every statement of a stage runs on one core (the sample trace's
-    analysis: 0.54 s on one thread). Larger traces keep both cores inside each statement, one stage at a time,
-    and the memory limit for one statement's working set."""
-    largest = con.execute(
-        "SELECT greatest((SELECT count(*) FROM kernels), (SELECT count(*) FROM api_calls), (SELECT count(*) FROM ranges))"
-    ).fetchall()[0][0]
-    return min(STAGE_THREADS, os.cpu_count() or 1) if largest < ROW_GROUP_ROWS else 1
+    run_stages(con, STAGES, Context(options, model), threads=db.side_by_side(con))
 
 
 def _check_regex(con: duckdb.DuckDBPyConnection, pattern: str | None) -> None:

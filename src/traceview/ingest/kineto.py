@@ -169,6 +169,14 @@ def _object_rest(text: str, i: int) -> dict | None:
             return None
 
 
+def _ends_events(tail: bytes, pos: int) -> bool:
+    """Whether the `]` at `pos` can close an array of events: its last non-blank byte before is `}` or `[`."""
+    before = pos - 1
+    while before >= 0 and tail[before] in b" \t\r\n":
+        before -= 1
+    return before >= 0 and tail[before] in b"}["
+
+
 def _split_tail(tail: bytes) -> tuple[int, dict] | None:
     """Find the `]` closing traceEvents in the last bytes of the file: the leftmost `]` after which
     the rest is a valid end of the top-level object (other lists may follow traceEvents)."""
@@ -176,7 +184,10 @@ def _split_tail(tail: bytes) -> tuple[int, dict] | None:
     text = tail.decode("latin-1")
     pos = len(tail)
     while (pos := tail.rfind(b"]", 0, pos)) >= 0:
-        if _MEMBER_AFTER_ARRAY.match(tail, pos + 1) and _object_rest(text, pos + 1) is not None:
+        # an array of events ends after an event's `}` (or opens empty): the many `]` of argument lists
+        # (`"Input Dims": [[1, 2]]`) are passed over without parsing what follows them
+        if (_ends_events(tail, pos) and _MEMBER_AFTER_ARRAY.match(tail, pos + 1)
+                and _object_rest(text, pos + 1) is not None):
             found = pos + 1
     if found is None:
         return None

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from traceview import memory
 from traceview.errors import TraceviewError
 
 
@@ -45,7 +46,7 @@ class Renderer:
         thread, altair's import holds the GIL the analysis's Python needs. With one core, on a thread."""
         if self.prepare is None:
             return self.render
-        if _cores() > 1:
+        if memory.cores() > 1:
             return _InWorker(self)
 
         def load() -> None:
@@ -56,11 +57,6 @@ class Renderer:
 
         threading.Thread(target=load, name=f"prepare-{self.name}", daemon=True).start()
         return self.render
-
-
-def _cores() -> int:
-    """The cores this process may run on (a container's CPU set, not the machine's count)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 class _InWorker:

@@ -26,7 +26,6 @@ from traceview.rules.loader import severity_order_sql
 from traceview.units import duration, size
 
 SCHEMA_VERSION = 1
-SECTION_THREADS = 4
 TOP_KERNELS = 25
 ROOFLINE_KERNEL_POINTS = 300
 DIAGNOSIS_ROWS = 10  # rows per diagnosis table (largest first)
@@ -575,7 +574,7 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult | Future[Ch
             return sections[name](cursor)
 
     data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "generator": {"name": "traceview", "version": version}}
-    with profiling.overlapping("report"), db.cursor_pool(con, SECTION_THREADS) as submit:  # they only read
+    with profiling.overlapping("report"), db.cursor_pool(con, db.side_by_side(con)) as submit:  # they only read
         futures = {name: submit(section, name) for name in sections}
     data.update((name, future.result()) for name, future in futures.items())
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
