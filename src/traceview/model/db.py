@@ -69,10 +69,10 @@ def side_by_side(con: duckdb.DuckDBPyConnection) -> int:
     the report): every core where no event table fills one row group, so that each statement runs on one
     core (the sample trace); else one, since each statement already uses every core, and two at once
     contend for them and for the memory limit (the 2 M-kernel export: 17 -> 19 s side by side)."""
-    largest = con.execute(
-        "SELECT greatest((SELECT count(*) FROM kernels), (SELECT count(*) FROM api_calls), (SELECT count(*) FROM ranges))"
-    ).fetchall()[0][0]
-    return memory.cores() if largest < ROW_GROUP_ROWS else 1
+    rows = con.execute(
+        "SELECT (SELECT count(*) FROM kernels), (SELECT count(*) FROM api_calls), (SELECT count(*) FROM ranges)"
+    ).fetchall()[0]
+    return memory.cores() if max(rows) < ROW_GROUP_ROWS else 1
 
 
 @contextmanager
@@ -98,6 +98,9 @@ def cursor_pool(con: duckdb.DuckDBPyConnection, threads: int) -> Iterator[Submit
             cursor.close()
 
 
+_scratch_lock = threading.Lock()
+
+
 @lru_cache(maxsize=1)
 def _scratch_database() -> duckdb.DuckDBPyConnection:
     return duckdb.connect()
@@ -105,8 +108,10 @@ def _scratch_database() -> duckdb.DuckDBPyConnection:
 
 def scratch() -> duckdb.DuckDBPyConnection:
     """A new connection (its own temp objects) to one private in-memory database, for checking SQL and
-    regexes before a trace runs them: opening a database costs 12-18 ms, connecting to an open one nothing."""
-    return _scratch_database().cursor()
+    regexes before a trace runs them: opening a database costs 12-18 ms, connecting to an open one nothing.
+    Stages that start together ask at once: the lock opens it once."""
+    with _scratch_lock:
+        return _scratch_database().cursor()
 
 
 def columns_of(con: duckdb.DuckDBPyConnection, table: str) -> list[str] | None:

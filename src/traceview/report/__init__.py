@@ -46,7 +46,7 @@ class Renderer:
         thread, altair's import holds the GIL the analysis's Python needs. With one core, on a thread."""
         if self.prepare is None:
             return self.render
-        if memory.cores() > 1:
+        if memory.cores() > 1 and sys.executable:  # an embedded interpreter may have no executable to start
             return _InWorker(self)
 
         def load() -> None:
