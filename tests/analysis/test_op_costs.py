@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, requires_shared
+from conftest import REPO, SHARED_TRACES, requires_shared
 from test_phases import analyzed
 from traceview.analysis import op_costs
 from traceview.errors import TraceviewError
@@ -261,3 +261,12 @@ def test_a_bad_entry_is_named(tmp_path: Path, entry: str, message: str) -> None:
 def test_the_shipped_cost_models_load() -> None:
     ids = [m.id for m in op_costs.load_cost_models()]
     assert len(ids) == len(set(ids)) and {"mm", "sdpa", "kv_cache_write", "rotary_embedding", "reduction"} <= set(ids)
+
+
+def test_a_bad_entry_a_trace_needs_is_named_when_the_trace_is_costed(tmp_path: Path) -> None:
+    path = tmp_path / "op_costs.toml"
+    path.write_text('[[op]]\nid = "x"\nops = ["aten::mm"]\nbytes = "n1 +* n2"\n')
+    models = op_costs.read_cost_models(path)  # well formed: its SQL is bound when a trace needs it
+    with traceview.load(REPO / "sample_traces" / "llm_serving.pt.trace.json.gz") as trace:
+        with pytest.raises(TraceviewError, match=r"entry 'x': bytes is not valid SQL"):
+            op_costs.build_op_costs(trace.con, models)

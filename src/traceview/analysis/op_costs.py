@@ -143,8 +143,9 @@ def _parse_entry(number: int, entry: object, seen: set[str]) -> CostModel:
 
 
 @lru_cache(maxsize=4)
-def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
-    """Read and validate op_costs.toml: every entry well formed and every expression valid SQL."""
+def read_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
+    """op_costs.toml's entries, each well formed (keys, names, regexes); their SQL is bound when a trace's
+    ops need them (build_op_costs), or all at once by load_cost_models."""
     try:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
@@ -153,7 +154,19 @@ def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
     if not isinstance(entries, list) or not entries or set(data) != {"op"}:
         raise TraceviewError(f"{path.name}: expected only [[op]] entries")
     seen: set[str] = set()
-    models = tuple(_parse_entry(number, entry, seen) for number, entry in enumerate(entries, start=1))
+    return tuple(_parse_entry(number, entry, seen) for number, entry in enumerate(entries, start=1))
+
+
+@lru_cache(maxsize=4)
+def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
+    """Read and validate op_costs.toml: every entry well formed and every expression valid SQL."""
+    models = read_cost_models(path)
+    _check_models_sql(models)
+    return models
+
+
+def _check_models_sql(models: tuple[CostModel, ...]) -> None:
+    """Bind every expression of the entries; a failure names the entry and the field."""
     con = db.scratch()
     _create_macros(con)
     con.execute(
@@ -173,7 +186,6 @@ def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
             _check_sql(con, *check)
     finally:
         con.close()
-    return models
 
 
 SHAPED_RANGES = "input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx')"
@@ -183,8 +195,19 @@ OP_COSTS_COLUMNS = """rank INTEGER, range_id BIGINT, kind VARCHAR, pid BIGINT, t
 
 
 def build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...] | None = None) -> None:
-    """`op_costs`: one row per op range an op_costs.toml entry (or the profiler's own FLOP count) costs."""
-    models = load_cost_models() if models is None else models
+    """`op_costs`: one row per op range an op_costs.toml entry (or the profiler's own FLOP count) costs.
+
+    The entries' SQL is bound here, with the trace's ops (binding all of it up front cost a small report
+    30 ms); where it fails, every entry is checked so that the error names the one at fault."""
+    models = read_cost_models() if models is None else models
+    try:
+        _build_op_costs(con, models)
+    except duckdb.Error:
+        _check_models_sql(models)
+        raise
+
+
+def _build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...]) -> None:
     if not con.execute(f"SELECT count(*) FROM ranges WHERE {SHAPED_RANGES}").fetchone()[0]:
         # most nsys exports and unshaped Kineto traces: skip planning the cost query for no rows
         con.execute(f"CREATE OR REPLACE TABLE op_costs ({OP_COSTS_COLUMNS})")
