@@ -447,10 +447,10 @@ def report(trace: Path | None, output: str | None, formats: str, focus_step: str
     chosen = REPORT.parse(formats)
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     with _profiled(profile):
+        # what the formats render with loads while the trace is read and analysed
+        renders = {renderer: renderer.start() for renderer in chosen if renderer.prepare}
         with api.load(trace) as loaded:
             outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
-            # what the formats render with loads while the trace is analysed
-            renders = {renderer: renderer.start() for renderer in chosen if renderer.prepare}
             data = workflow.report(loaded, options, focus_step=focus)
         _write(outputs, data, renders)
 
