@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, requires_shared
+from traceview.memory import cores
 
 NSYS_NO_CUDA = SHARED_TRACES / "nsys" / "amir-ghz__DynamicViT__nsys_profile.sqlite"
 BOLONGCHENG_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite"
@@ -305,3 +309,25 @@ def test_info_pools_ranks_as_the_report_does(tmp_path: Path) -> None:
     assert [{k: v for k, v in p.items() if k != "wall_ns"} for p in info["phases"]] == report["phases"]
     assert [p["wall_ns"] for p in info["phases"]] == [p["time_ns"] for p in report["phases"]]
     assert sum(p["steps"] for p in info["phases"]) == len(report["steps"])
+
+
+@requires_shared
+@pytest.mark.skipif(not hasattr(os, "killpg") or cores() < 2, reason="needs process groups and a renderer process")
+def test_ctrl_c_during_a_report_is_one_line_from_the_command_and_none_from_its_renderer(tmp_path: Path) -> None:
+    process = subprocess.Popen([sys.executable, "-m", "traceview", "report", VLLM_H100, "-o", tmp_path / "r.html"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (renderer := subprocess.run(["pgrep", "-P", str(process.pid), "-f", "traceview.report.worker"],
+                                          capture_output=True, text=True).stdout.split()):
+        assert time.monotonic() < deadline and process.poll() is None  # interrupted once its renderer runs
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+    _, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stderr.decode().strip()) == (130, "traceview: interrupted")  # click adds a newline
+    while True:  # and the renderer, its pipe closed, ends too
+        try:
+            os.kill(int(renderer[0]), 0)
+        except ProcessLookupError:
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

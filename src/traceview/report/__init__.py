@@ -65,9 +65,10 @@ class _InWorker:
     def __init__(self, renderer: Renderer):
         self.name = renderer.name
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}  # this process's imports
+        # a session of its own: a terminal's Ctrl-C is the command's to report, and the pipe it closes ends this
         self.process = subprocess.Popen(
             [sys.executable, "-m", "traceview.report.worker", renderer.module, renderer.prepare, renderer.function],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
 
     def __call__(self, document: Any) -> str | bytes:
         out, _ = self.process.communicate(pickle.dumps(document, protocol=pickle.HIGHEST_PROTOCOL))
