@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import traceback
 from contextlib import contextmanager
@@ -448,7 +449,7 @@ def report(trace: Path | None, output: str | None, formats: str, focus_step: str
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     with _profiled(profile):
         # what the formats render with loads while the trace is read and analysed
-        renders = {renderer: renderer.start() for renderer in chosen if renderer.prepare}
+        renders = {renderer: renderer.start() for renderer in chosen}
         with api.load(trace) as loaded:
             outputs = REPORT.targets(output, chosen, "report", _inputs(loaded, trace))
             data = workflow.report(loaded, options, focus_step=focus)
@@ -667,6 +668,13 @@ def export(trace: Path, output: Path, **kwargs) -> None:
 def main() -> None:
     """Entry point: every failure is one line on stderr and exit code 2; `--debug` shows the traceback."""
     debug = "--debug" in sys.argv[1:]
+    interrupts = []
+
+    def interrupt(signum, frame):
+        interrupts.append(signum)
+        signal.default_int_handler(signum, frame)
+
+    signal.signal(signal.SIGINT, interrupt)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:
@@ -680,6 +688,9 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
+        if interrupts:  # DuckDB turns a Ctrl-C during a query into RuntimeError("Query interrupted")
+            click.echo("traceview: interrupted", err=True)
+            sys.exit(130)
         if debug:
             traceback.print_exc()
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

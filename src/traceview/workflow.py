@@ -60,10 +60,11 @@ class CheckOptions:
                    tuple(rules if rules is not None else load_rules(config.rules_dirs)), known)
 
 
-def check(trace: api.Trace, options: CheckOptions) -> engine.CheckResult:
-    """Analyse the trace and run the selected rules; findings in the baseline are suppressed."""
+def check(trace: api.Trace, options: CheckOptions, con: duckdb.DuckDBPyConnection | None = None) -> engine.CheckResult:
+    """Analyse the trace and run the selected rules (on `con`, a cursor of the trace's, where given); findings in
+    the baseline are suppressed."""
     trace.analyze(options.analysis)
-    return engine.check(trace.con, list(options.rules), options.config, options.known)
+    return engine.check(con or trace.con, list(options.rules), options.config, options.known)
 
 
 def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None,
@@ -83,9 +84,12 @@ def _report_beside_rules(trace: api.Trace, options: CheckOptions, focus_step: Fo
     rules_con = trace.con.cursor()
     try:
         with profiling.alongside("report", "rules"), ThreadPoolExecutor(1) as pool:
-            checked = pool.submit(contextvars.copy_context().run, engine.check, rules_con, list(options.rules),
-                                  options.config, options.known)
-            return build_report(trace.con, checked, __version__, focus_step=focus_step)
+            checked = pool.submit(contextvars.copy_context().run, check, trace, options, rules_con)
+            try:
+                return build_report(trace.con, checked, __version__, focus_step=focus_step)
+            except BaseException:  # a Ctrl-C: stop the rules' statement, then wait for their thread
+                rules_con.interrupt()
+                raise
     finally:
         rules_con.close()
 

@@ -74,11 +74,11 @@ def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], contex
     With `threads` > 1 a stage starts as soon as the earlier stages it depends on are done (it reads
     what they write, or writes what they read or write), on a cursor of its own; what each stage reads
     and writes is as in the listed order, so the tables are the same."""
-    after = waits_for(stages)
     if threads <= 1:
         for stage in stages:
             _run(con, stage, context)
         return
+    after = waits_for(stages)
     done: set[str] = set()
     waiting = list(stages)
     with profiling.overlapping("analysis"), db.cursor_pool(con, threads) as submit:

@@ -80,7 +80,17 @@ def cursor_pool(con: duckdb.DuckDBPyConnection, threads: int) -> Iterator[Submit
     """`submit(fn, *args)` runs `fn(cursor, *args)` on one of `threads` threads, each with a cursor of its own
     (a connection serves one thread at a time), in a copy of the submitter's context so that --profile sees
     its steps. DuckDB releases the GIL while it works, so small statements, which DuckDB runs on one core,
-    run side by side. Leaving the block waits for every job, then closes the cursors."""
+    run side by side. With one thread the jobs run here, on `con`, as they are submitted. Leaving the block
+    waits for every job; leaving it on an error or a Ctrl-C first interrupts the running statements and
+    drops the jobs not started, so no thread is still inside DuckDB when the process exits."""
+    if threads <= 1:
+        def inline(fn: Callable, *args: Any) -> Future:
+            future: Future = Future()
+            future.set_result(fn(con, *args))
+            return future
+
+        yield inline
+        return
     local = threading.local()
     cursors: list[duckdb.DuckDBPyConnection] = []
 
@@ -90,9 +100,16 @@ def cursor_pool(con: duckdb.DuckDBPyConnection, threads: int) -> Iterator[Submit
             cursors.append(local.cursor)
         return scope.run(fn, local.cursor, *args)
 
+    pool = ThreadPoolExecutor(threads)
     try:
-        with ThreadPoolExecutor(threads) as pool:
-            yield lambda fn, *args: pool.submit(call, fn, contextvars.copy_context(), args)
+        yield lambda fn, *args: pool.submit(call, fn, contextvars.copy_context(), args)
+        pool.shutdown(wait=True)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for cursor in list(cursors):
+            cursor.interrupt()
+        pool.shutdown(wait=True)
+        raise
     finally:
         for cursor in cursors:
             cursor.close()

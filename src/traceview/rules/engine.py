@@ -9,7 +9,6 @@ claims nanoseconds per step and bucket, and no two findings are granted the same
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import string
 from dataclasses import dataclass, field, replace
@@ -25,7 +24,6 @@ from traceview.rules.config import RuleConfig
 from traceview.rules.loader import SEVERITIES, Rule, message_parts
 
 RESERVED_COLUMNS = ("estimated_saving_ns", "key", "evidence", "step_savings")
-RULE_THREADS = min(4, os.cpu_count() or 1)
 
 
 @dataclass(frozen=True)
@@ -252,11 +250,9 @@ def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
 
 
 def _in_parallel(con: duckdb.DuckDBPyConnection, rules: list[Rule], outcome) -> list:
-    """Each rule's outcome, in rule order, from RULE_THREADS threads with a cursor each: rules only read, and
-    a small trace's rules are DuckDB planning (one core per query)."""
-    if len(rules) < 2:
-        return [outcome(rule, con) for rule in rules]
-    with db.cursor_pool(con, RULE_THREADS) as submit:
+    """Each rule's outcome, in rule order; side by side, a cursor each, where statements run on one core
+    (db.side_by_side): a small trace's rules are DuckDB planning. Rules only read."""
+    with db.cursor_pool(con, db.side_by_side(con) if len(rules) > 1 else 1) as submit:
         futures = [submit(lambda cursor, rule: outcome(rule, cursor), rule) for rule in rules]
     return [future.result() for future in futures]
 
