@@ -120,16 +120,40 @@ def test_events_parsed_in_parts_give_the_same_tables_as_one_file(trace_path, mon
 
     monkeypatch.setattr(kineto, "PART_BYTES", 1 << 40)
     whole = _contents(traceview.load(trace_path))
-    parsed = []
-    real_read = kineto._read_events_file
-    monkeypatch.setattr(kineto, "_read_events_file", lambda con, files, *rest: parsed.append(files) or real_read(con, files, *rest))
+    parts, whole_files = [], []
+    real_parse, real_read = kineto._parse_part, kineto._read_events_file
+    monkeypatch.setattr(kineto, "_parse_part", lambda con, part, *rest: parts.append(part) or real_parse(con, part, *rest))
+    monkeypatch.setattr(kineto, "_read_events_file", lambda con, file, *rest: whole_files.append(file) or real_read(con, file, *rest))
     monkeypatch.setattr(kineto, "PART_BYTES", 64 << 10)
     assert _contents(traceview.load(trace_path)) == whole
-    assert parsed and all(len(files) > 2 for files in parsed)
+    files = len(list(trace_path.iterdir())) if trace_path.is_dir() else 1
+    assert len(parts) > 2 * files and not whole_files  # every file in parts, none read whole
 
 
-def _kernel_events(count: int, name=lambda i: f"k{i}", args=lambda i: {}) -> list[dict]:
-    return [{"ph": "X", "cat": "kernel", "name": name(i), "pid": 0, "tid": 7, "ts": 1000 + i, "dur": 1,
+@pytest.mark.parametrize("cores", [1, 3])
+def test_parts_parsed_while_decompressing_keep_the_file_order(tmp_path, monkeypatch, cores) -> None:
+    """Parts parse as they are written (on this thread with one core) and the view reads them in file order."""
+    import duckdb
+
+    from traceview import memory
+    from traceview.ingest import kineto
+
+    monkeypatch.setattr(memory, "cores", lambda: cores)
+    monkeypatch.setattr(kineto, "PART_BYTES", 4000)
+    path = tmp_path / "parts.json.gz"
+    with gzip.open(path, "wt") as f:  # start times run backwards: only the file says the order
+        json.dump({"traceEvents": _kernel_events(3000, start=lambda i: 10_000 - i)}, f)
+    con = duckdb.connect()
+    meta, notes = kineto._load_event_parts(con, path)
+    assert meta == {} and notes == []
+    assert con.execute("SELECT count(*) FROM duckdb_tables() WHERE starts_with(table_name, '_kineto_part_')").fetchall()[0][0] > 20
+    assert [name for (name,) in con.execute("SELECT name FROM _kineto_events").fetchall()] == [f"k{i}" for i in range(3000)]
+    kineto._drop_events(con)
+    assert con.execute("SELECT count(*) FROM duckdb_tables()").fetchall()[0][0] == 0
+
+
+def _kernel_events(count: int, name=lambda i: f"k{i}", args=lambda i: {}, start=lambda i: 1000 + i) -> list[dict]:
+    return [{"ph": "X", "cat": "kernel", "name": name(i), "pid": 0, "tid": 7, "ts": start(i), "dur": 1,
              "args": {"correlation": i, "device": 0, "stream": 7, **args(i)}} for i in range(count)]
 
 
@@ -139,14 +163,16 @@ def test_a_cut_inside_an_event_falls_back_to_one_file(tmp_path, monkeypatch) -> 
     from traceview.ingest import kineto
 
     monkeypatch.setattr(kineto, "PART_BYTES", 1000)
-    parsed = []
-    real_read = kineto._read_events_file
-    monkeypatch.setattr(kineto, "_read_events_file", lambda con, files, *rest: parsed.append(len(files)) or real_read(con, files, *rest))
+    parts, whole_files = [], []
+    real_parse, real_read = kineto._parse_part, kineto._read_events_file
+    monkeypatch.setattr(kineto, "_parse_part", lambda con, part, *rest: parts.append(part) or real_parse(con, part, *rest))
+    monkeypatch.setattr(kineto, "_read_events_file", lambda con, file, *rest: whole_files.append(file) or real_read(con, file, *rest))
     events = _kernel_events(2000, args=lambda i: {"blocks": [{"x": i}, {"y": i}]})
     path = tmp_path / "nested.json"
     path.write_text(json.dumps({"traceEvents": events}))
     trace = traceview.load(path)
-    assert len(parsed) == 2 and parsed[0] > 1 and parsed[1] == 1  # the parts failed, the whole file did not
+    assert len(parts) > 1 and len(whole_files) == 1  # the parts failed, the whole file did not
+    assert trace.scalar("SELECT count(*) FROM duckdb_tables() WHERE starts_with(table_name, '_kineto')") == 0
     assert trace.scalar("SELECT count(*) FROM kernels") == 2000
     assert trace.scalar("SELECT sum(correlation_id) FROM kernels") == sum(range(2000))
 

@@ -3,7 +3,8 @@
 A Kineto file is one JSON object holding a huge `traceEvents` array. Parsing it as one record is
 slow, so the array is streamed (decompressing on the fly) into temporary part files cut at event
 boundaries, and DuckDB reads them as arrays of records with declared column types, one part per
-thread and without a Python object per event. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
+thread and without a Python object per event; each part is parsed as soon as it is written, while the
+next one is still being decompressed. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
 Kineto prints; no rounding to whole microseconds.
 """
 
@@ -15,9 +16,11 @@ import json
 import os
 import re
 import tempfile
+import threading
 import zlib
+from concurrent.futures import Future
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 import duckdb
 
@@ -40,6 +43,7 @@ SALVAGE_TRIES = 8
 EVENT_BYTES = 16 << 20  # DuckDB's default maximum_object_size; it also sizes the reader's buffers
 LARGE_EVENT_BYTES = 1 << 30
 PART_BYTES = 64 << 20  # events per file that DuckDB parses on one thread
+PART_TABLE = "_kineto_part_"
 _EVENT_END = re.compile(rb"\}\s*[,\]]")
 _EVENT_BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _DUCKDB_AT_BYTE = re.compile(r"at byte (\d+) in record/value (\d+)")
@@ -306,7 +310,7 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     _add_diagnostics(con, rank)
     for code, message in notes:
         db.add_diagnostic(con, rank, "ingest", "warning", code, message)
-    con.execute("DROP TABLE _kineto_events")
+    _drop_events(con)
     return rank
 
 
@@ -314,18 +318,19 @@ class _PartFiles:
     """A sink that cuts the events array into files of about PART_BYTES at event boundaries.
 
     DuckDB parses one JSON file on one thread but several files in parallel. Each part is closed
-    with `]` and the next opened with `[`, so every part is an array of whole events. A cut that
-    lands inside an event (a `},{` within args or a string) leaves a part that does not parse;
-    the caller then reads the trace as one file.
+    with `]` and the next opened with `[`, so every part is an array of whole events, and handed to
+    `finished` as soon as the next one opens. A cut that lands inside an event (a `},{` within args
+    or a string) leaves a part that does not parse; the caller then reads the trace as one file.
     """
 
-    def __init__(self, directory: Path):
-        self.directory, self.paths, self.file, self.size = directory, [], None, 0
+    def __init__(self, directory: Path, finished: Callable[[Path], None]):
+        self.directory, self.finished, self.paths, self.file, self.size = directory, finished, [], None, 0
         self._next_part()
 
     def _next_part(self) -> None:
         if self.file is not None:
             self.file.close()
+            self.finished(self.paths[-1])
         self.paths.append(self.directory / f"events-{len(self.paths)}.json")
         self.file, self.size = self.paths[-1].open("wb"), 0
 
@@ -346,24 +351,37 @@ class _PartFiles:
 
 
 def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict, list[tuple[str, str]]]:
-    """Read the events into _kineto_events; returns the top-level metadata and diagnostics to add.
+    """Read the events into the view _kineto_events; returns the top-level metadata and diagnostics to add.
 
-    The array is decompressed into part files that DuckDB parses in parallel. A trace that needs
-    repairs (invalid UTF-8, an array cut off by a killed profiler) or whose parts do not parse is
-    read again as one file, where the repairs and exact error messages live.
+    The array is decompressed into part files, each parsed by DuckDB into a table of its own on
+    another core while the next is decompressed (the last once the file ends); the view holds the
+    parts in file order. A trace that needs repairs (invalid UTF-8, an array cut off by a killed
+    profiler) or whose parts do not parse is read again as one file, where the repairs and exact
+    error messages live.
     """
+    cores = memory.cores()
+    # while this thread decompresses, the parts take the other cores; then every core
+    while_decompressing = max(1, cores - 1)
+    gate = threading.Semaphore(while_decompressing)
     with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
-        parts = _PartFiles(Path(tmp))
-        try:
-            meta, cuts = copy_events(path, parts)
-        finally:
-            parts.close()
-        if cuts is None and len(parts.paths) > 1:
+        parsed: list[Future] = []
+        with db.cursor_pool(con, cores) as submit:
+            def parse(part: Path) -> None:
+                parsed.append(submit(_parse_part, part, len(parsed), gate))
+
+            parts = _PartFiles(Path(tmp), parse)
             try:
-                _read_events_file(con, parts.paths)
-                return meta, []
-            except duckdb.Error:
-                pass
+                meta, cuts = copy_events(path, parts)
+            finally:
+                parts.close()
+                if cores > while_decompressing:
+                    gate.release(cores - while_decompressing)
+            if cuts is None and len(parts.paths) > 1:
+                parse(parts.paths[-1])
+        if len(parsed) == len(parts.paths) and cuts is None and all(f.result() is None for f in parsed):
+            _view_parts(con, len(parsed))
+            return meta, []
+        _drop_events(con)
         if len(parts.paths) == 1:
             events_file = parts.paths[0]
         else:
@@ -371,8 +389,38 @@ def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict,
             with events_file.open("wb") as sink:
                 meta, cuts = copy_events(path, sink)
         if cuts is None:
-            return meta, _load_events(con, events_file, path)
-        return meta, _salvage_events(con, events_file, path, cuts)
+            notes = _load_events(con, events_file, path)
+        else:
+            notes = _salvage_events(con, events_file, path, cuts)
+    _view_parts(con, 1)
+    return meta, notes
+
+
+def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int, gate: threading.Semaphore) -> duckdb.Error | None:
+    """One part's events into its table, in the main schema (a temporary table is its cursor's alone), once
+    `gate` lets it run; the error of a part that does not parse is returned, not raised: the trace is then
+    read as one file."""
+    with gate:
+        try:
+            con.execute(f"CREATE OR REPLACE TABLE {PART_TABLE}{index} AS {_events_sql(EVENT_BYTES)}",
+                        [[str(part)]])
+        except duckdb.Error as exc:
+            return exc
+    return None
+
+
+def _view_parts(con: duckdb.DuckDBPyConnection, parts: int) -> None:
+    """_kineto_events: the parts' events in file order (a view: copying them costs a third of their parse)."""
+    con.execute("CREATE OR REPLACE TEMP VIEW _kineto_events AS "
+                + " UNION ALL ".join(f"SELECT * FROM {PART_TABLE}{i}" for i in range(parts)))
+
+
+def _drop_events(con: duckdb.DuckDBPyConnection) -> None:
+    """Drop the view _kineto_events and every part table it may read."""
+    con.execute("DROP VIEW IF EXISTS _kineto_events")
+    for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE starts_with(table_name, ?)",
+                               [PART_TABLE]).fetchall():
+        con.execute(f"DROP TABLE {name}")
 
 
 def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list[tuple[str, str]]:
@@ -390,7 +438,7 @@ def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list
             notes = _load_events(con, events_file, path)
         except TraceviewError:
             continue
-        kept = con.execute("SELECT count(*) FROM _kineto_events").fetchall()[0][0]
+        kept = con.execute(f"SELECT count(*) FROM {PART_TABLE}0").fetchall()[0][0]
         message = (f"the file ends inside traceEvents (profiler killed while writing?): kept the {kept} "
                    "complete events before the cut; later events are missing")
         return [*notes, ("truncated_trace", message)]
@@ -446,24 +494,26 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
     one if a single event exceeds it (a huge `args`): a large limit costs about 400 MB of peak memory, more
     than a small trace's default memory limit leaves, so that read may use the machine's ceiling."""
     try:
-        _read_events_file(con, [events_file])
+        _read_events_file(con, events_file)
     except duckdb.Error as exc:
         # under a small limit DuckDB's buffer growth for the large event fails first
         if "maximum_object_size" not in str(exc) and "failed to allocate" not in str(exc):
             raise
         memory.widen_for_parse(con)
-        _read_events_file(con, [events_file], LARGE_EVENT_BYTES)
+        _read_events_file(con, events_file, LARGE_EVENT_BYTES)
 
 
-def _read_events_file(con: duckdb.DuckDBPyConnection, events_files: list[Path],
-                      max_event_bytes: int = EVENT_BYTES) -> None:
-    """Parse an events file, or the parts of one (in parallel, in order), into _kineto_events."""
+def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path, max_event_bytes: int = EVENT_BYTES) -> None:
+    """Parse the whole events file into the first part's table."""
+    con.execute(f"CREATE OR REPLACE TABLE {PART_TABLE}0 AS {_events_sql(max_event_bytes)}", [[str(events_file)]])
+
+
+def _events_sql(max_event_bytes: int) -> str:
+    """The events of the JSON files listed in the one parameter, with the argument values we read."""
     args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
     columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
     arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _kineto_events AS
+    return f"""
         SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list}
         FROM (
             SELECT *, json_extract_string(args, [{args}]) AS a,
@@ -471,9 +521,7 @@ def _read_events_file(con: duckdb.DuckDBPyConnection, events_files: list[Path],
             FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = {max_event_bytes})
             WHERE ph IN ('X', 'i', 'I')
         )
-        """,
-        [[str(f) for f in events_files]],
-    )
+        """
 
 
 def _insert_trace_info(con, path: Path, meta: dict, rank: int, base_ns: int, world_size: int | None) -> None:
