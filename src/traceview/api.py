@@ -197,6 +197,7 @@ def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBP
         con.close()
         raise
     _size_for_analysis(con, memory_limit)
+    db.fit_threads(con)
     return con
 
 
@@ -226,6 +227,7 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
         con.close()
         raise
     _size_for_analysis(con, memory_limit)
+    db.fit_threads(con)
     trace = Trace(con, source)
     if cached:
         try:
