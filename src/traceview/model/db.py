@@ -290,10 +290,12 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         """
         INSERT INTO ranges
-        WITH numbered AS (
-            -- ids and the nesting keys only: the names and shapes join back at the end
-            SELECT r.rank, i.range_id, r.pid, r.tid, r.kind, r.start_ns, r.end_ns
-            FROM _stage_ranges r JOIN _range_ids i ON i.row = r.rowid
+        WITH kinds AS (SELECT list(DISTINCT kind) AS kinds FROM _stage_ranges),
+        numbered AS (
+            -- ids and the nesting keys only: the names and shapes join back at the end; the kind as its
+            -- place in the trace's list of kinds, so that the sort below compares integers, not strings
+            SELECT r.rank, i.range_id, r.pid, r.tid, list_position(k.kinds, r.kind) AS kind, r.start_ns, r.end_ns
+            FROM _stage_ranges r JOIN _range_ids i ON i.row = r.rowid, kinds k
         ),
         edges AS (
             SELECT rank, range_id, pid, tid, kind, start_ns AS t, 1 AS delta, 1 AS ord, -end_ns AS tie
