@@ -234,7 +234,7 @@ _MERGED = f"""
         FROM laned WINDOW w AS (PARTITION BY lane ORDER BY start_ns, seq)
     ),
     flagged AS MATERIALIZED (  -- bit i - 1 of `opens`: the mark opens a bar at level i
-        SELECT lane, kind, seq, pos,
+        SELECT lane, kind = 'kernel' AS is_kernel, seq, pos,
                {" + ".join(f"(({_opens(f'$resolutions[{i}]::BIGINT', f'$by_category[{i}]')}) << {i - 1})"
                            for i in range(1, len(LEVELS) + 1))} AS opens
         FROM ordered
@@ -247,11 +247,14 @@ _MERGED = f"""
         FROM counts
     ),
     merged AS (  -- a mark's bar: how many marks up to it on its lane open one at the chosen level
-        SELECT lane, kind, seq, pos, sum((opens >> (level - 1)) & 1) OVER (PARTITION BY lane ORDER BY pos) AS run
+        SELECT lane, is_kernel, seq, pos, sum((opens >> (level - 1)) & 1) OVER (PARTITION BY lane ORDER BY pos) AS run
         FROM flagged, chosen
     ),
-    runs AS (  -- every mark has its bar; LEFT keeps the wide side probing and the narrow one in the hash table
-        SELECT l.*, r.run, r.pos FROM laned l LEFT JOIN merged r USING (lane, kind, seq)
+    runs AS (  -- every mark has its bar; LEFT keeps the wide side probing and the narrow one in the hash table.
+        -- A mark is (lane, seq) and whether it is a kernel (a stream lane also holds memops, whose ids are
+        -- another sequence): a boolean, not the kind's string, so the hash join compares no strings
+        SELECT l.*, r.run, r.pos
+        FROM laned l LEFT JOIN merged r ON r.lane = l.lane AND r.is_kernel = (l.kind = 'kernel') AND r.seq = l.seq
     ),
     {_DRAWN}"""
 
