@@ -173,7 +173,10 @@ _DRAWN = """
         SELECT b.* EXCLUDE (name, top_seq),
                CASE WHEN b.kind = 'kernel' AND b.top_seq IS NOT NULL THEN coalesce(k.name, k.short_name, '')
                     ELSE b.name END AS name
-        FROM picked b LEFT JOIN kernels k ON b.kind = 'kernel' AND k.rank = $rank AND k.kernel_id = b.top_seq
+        FROM picked b LEFT JOIN (  -- the few named kernels first: a join with the whole table carried every name
+            SELECT kernel_id, name, short_name FROM kernels
+            WHERE rank = $rank AND kernel_id IN (SELECT top_seq FROM picked WHERE kind = 'kernel')
+        ) k ON b.kind = 'kernel' AND k.kernel_id = b.top_seq
     ),
     named AS (SELECT *, dense_rank() OVER (ORDER BY name) - 1 AS name_index FROM titled)
     SELECT
