@@ -128,22 +128,19 @@ _MARKS = f"""
     )"""
 
 
-def _opens(resolution: str, by_category: str) -> str:
+def _opens(level: int, by_category: bool) -> str:
     """SQL: 0 where a mark joins the bar of the mark before it on its lane at this merge level, else 1.
 
     It joins when both are shorter than the resolution, of one group (at coarse levels kernels of any category)
     and in one bin of BIN resolutions from the step's start, and it starts less than the resolution after the
-    lane's work before it ends. What it compares with (`prev_*`, one window pass) is the same at every level.
+    lane's work before it ends: `reach`, the largest of the two durations and that distance, is below the
+    resolution. What it compares with (`compared`, one window pass) is the same at every level.
     """
-    def key(is_kernel: str, grp: str) -> str:
-        return f"CASE WHEN {is_kernel} AND NOT {by_category} THEN 'kernel' ELSE {grp} END"
-
+    resolution = f"$resolutions[{level}]::BIGINT"
     bin_ns = f"({resolution} * $bin::BIGINT)"
-    return f"""CASE WHEN {resolution} > 0 AND {key("kind = 'kernel'", 'grp')} = {key('prev_is_kernel', 'prev_grp')}
-                        AND dur_ns < {resolution} AND prev_dur_ns < {resolution}
-                        AND (start_ns - $step_start) // {bin_ns} = (prev_start_ns - $step_start) // {bin_ns}
-                        AND start_ns - prev_end_ns < {resolution}
-                   THEN 0 ELSE 1 END"""
+    same = "same_group" if by_category else "same_kind"
+    return f"""CASE WHEN {resolution} > 0 AND {same} AND reach < {resolution}
+                        AND offset_ns // {bin_ns} = prev_offset_ns // {bin_ns} THEN 0 ELSE 1 END"""
 
 
 # How a step's bars are drawn, from `runs` (its marks, each with the bar it falls in and its place on its lane)
@@ -236,11 +233,22 @@ _MERGED = f"""
                max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
         FROM laned WINDOW w AS (PARTITION BY lane ORDER BY start_ns, seq)
     ),
+    compared AS (  -- what every level compares, once: the groups (strings) and the largest of the three lengths
+        SELECT lane, kind, seq, pos, grp = prev_grp AS same_group,
+               CASE WHEN kind = 'kernel' THEN 'kernel' ELSE grp END
+                   = CASE WHEN prev_is_kernel THEN 'kernel' ELSE prev_grp END AS same_kind,
+               CASE WHEN dur_ns IS NULL OR prev_dur_ns IS NULL OR prev_end_ns IS NULL THEN NULL
+                    WHEN dur_ns >= prev_dur_ns AND dur_ns >= start_ns - prev_end_ns THEN dur_ns
+                    WHEN prev_dur_ns >= start_ns - prev_end_ns THEN prev_dur_ns
+                    ELSE start_ns - prev_end_ns END AS reach,
+               start_ns - $step_start AS offset_ns, prev_start_ns - $step_start AS prev_offset_ns
+        FROM ordered
+    ),
     flagged AS MATERIALIZED (  -- bit i - 1 of `opens`: the mark opens a bar at level i
         SELECT lane, kind = 'kernel' AS is_kernel, seq, pos,
-               {" + ".join(f"(({_opens(f'$resolutions[{i}]::BIGINT', f'$by_category[{i}]')}) << {i - 1})"
-                           for i in range(1, len(LEVELS) + 1))} AS opens
-        FROM ordered
+               {" + ".join(f"(({_opens(i, by_category)}) << {i - 1})"
+                           for i, (_, by_category) in enumerate(LEVELS, 1))} AS opens
+        FROM compared
     ),
     counts AS (
         SELECT [{", ".join(f"sum((opens >> {i - 1}) & 1)" for i in range(1, len(LEVELS) + 1))}] AS bars FROM flagged
@@ -321,8 +329,7 @@ def _step(con: duckdb.DuckDBPyConnection, step: dict[str, Any]) -> dict[str, Any
     rows = None if (step["kernels"] or 0) + (step["memops"] or 0) > MAX_MARKS else dict_rows(con, _AS_IS, params)[0]
     if rows is None or sum(rows["held"][kind] for kind in ("kernels", "memops", "calls", "gaps")) > MAX_MARKS:
         rows = dict_rows(con, _MERGED, {**params, "bin": BIN, "max_marks": MAX_MARKS,
-                                        "resolutions": [r for r, _ in options],
-                                        "by_category": [b for _, b in options]})[0]
+                                        "resolutions": [r for r, _ in options]})[0]
     resolution, by_category = options[rows["level"] - 1]
     lanes = rows["lanes"] or []
     drawn = {kind: rows[kind] or [] for kind in ("kernels", "memops", "calls", "gaps")}
