@@ -117,6 +117,19 @@ def test_every_kernel_runs_on_a_listed_device_with_its_spec(trace) -> None:
     assert lost == []
 
 
+def test_row_ids_run_in_start_order(trace) -> None:
+    """docs/schema.md: kernel, call and range ids run in start order within a rank; the idle gaps' first call
+    of a correlation id is its lowest call id because of it."""
+    for table, key in (("api_calls", "call_id"), ("kernels", "kernel_id"), ("ranges", "range_id")):
+        backwards = violations(trace, f"""
+            SELECT rank, {key} FROM (SELECT rank, {key}, start_ns,
+                                            lag(start_ns) OVER (PARTITION BY rank ORDER BY {key}) AS before
+                                     FROM {table})
+            WHERE start_ns < before
+            """)
+        assert backwards == [], table
+
+
 def test_phases_come_from_the_documented_set(trace) -> None:
     steps = set(trace.sql("SELECT DISTINCT phase FROM steps")["phase"].to_list())
     kernels = set(trace.sql("SELECT DISTINCT phase FROM kernels")["phase"].to_list())

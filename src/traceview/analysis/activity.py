@@ -307,14 +307,18 @@ def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
             LEFT JOIN kernels k ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
             LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
         ),
-        first_calls AS (
-            -- the first call of each correlation id that ended a gap, found once per id
-            SELECT a.rank, a.pid, a.correlation_id,
-                   arg_min(struct_pack(call_id := a.call_id, start_ns := a.start_ns, tid := a.tid),
-                           (a.start_ns, a.call_id)) AS c
+        first_ids AS (
+            -- the first call of each correlation id that ended a gap, found once per id: call ids run in start
+            -- order (docs/schema.md), so the first is the lowest id (an integer min, not an arg_min of structs)
+            SELECT a.rank, a.pid, a.correlation_id, min(a.call_id) AS call_id
             FROM api_calls a
             SEMI JOIN ended g ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
             GROUP BY a.rank, a.pid, a.correlation_id
+        ),
+        first_calls AS (
+            SELECT f.rank, f.pid, f.correlation_id,
+                   struct_pack(call_id := a.call_id, start_ns := a.start_ns, tid := a.tid) AS c
+            FROM first_ids f JOIN api_calls a ON a.rank = f.rank AND a.call_id = f.call_id
         ),
         called AS MATERIALIZED (
             SELECT g.*, f.c.call_id, f.c.start_ns AS call_start_ns, f.c.tid AS call_tid
