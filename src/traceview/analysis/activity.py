@@ -299,12 +299,14 @@ def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
             FROM gpu_activity WHERE start_ns > prev_end_ns
         ),
         gaps AS NOT MATERIALIZED (
-            -- the name is looked up per gap, not carried on every activity
+            -- the name is looked up per gap, not carried on every activity; a kernel's one name is chosen
+            -- before the join, which then carries one string a kernel, not two
             SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id,
-                   CASE g.kind WHEN 'kernel' THEN coalesce(k.short_name, k.name) ELSE m.name END AS name,
+                   CASE g.kind WHEN 'kernel' THEN k.name ELSE m.name END AS name,
                    g.step_id, g.pid, g.correlation_id
             FROM ended g
-            LEFT JOIN kernels k ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
+            LEFT JOIN (SELECT rank, kernel_id, coalesce(short_name, name) AS name FROM kernels) k
+              ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
             LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
         ),
         first_ids AS (
