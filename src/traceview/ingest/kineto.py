@@ -4,8 +4,8 @@ A Kineto file is one JSON object holding a huge `traceEvents` array. Parsing it 
 slow, so the array is streamed (decompressing on the fly) into temporary part files cut at event
 boundaries, and DuckDB reads them as arrays of records with declared column types, one part per
 thread and without a Python object per event; each part is parsed as soon as it is written, while the
-next one is still being decompressed. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact to the nanosecond that
-Kineto prints; no rounding to whole microseconds.
+next one is still being decompressed. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact
+to the nanosecond that Kineto prints; no rounding to whole microseconds.
 """
 
 from __future__ import annotations
@@ -396,7 +396,8 @@ def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict,
     return meta, notes
 
 
-def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int, gate: threading.Semaphore) -> duckdb.Error | None:
+def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int,
+                gate: threading.Semaphore) -> duckdb.Error | None:
     """One part's events into its table, in the main schema (a temporary table is its cursor's alone), once
     `gate` lets it run; the error of a part that does not parse is returned, not raised: the trace is then
     read as one file."""
@@ -503,7 +504,8 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
         _read_events_file(con, events_file, LARGE_EVENT_BYTES)
 
 
-def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path, max_event_bytes: int = EVENT_BYTES) -> None:
+def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path,
+                      max_event_bytes: int = EVENT_BYTES) -> None:
     """Parse the whole events file into the first part's table."""
     con.execute(f"CREATE OR REPLACE TABLE {PART_TABLE}0 AS {_events_sql(max_event_bytes)}", [[str(events_file)]])
 
