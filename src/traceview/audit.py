@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from traceview import profiling
+from traceview import memory, profiling
 from traceview.errors import TraceviewError
 from traceview.model.db import dict_rows
 from traceview.rules.loader import SEVERITIES
@@ -394,4 +394,4 @@ def summarise(rows: list[dict], fail_on: str, rules: tuple = (), skipped: list[s
 
 
 def default_jobs() -> int:
-    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    return memory.cores()

@@ -12,9 +12,7 @@ gives the same findings whichever command reads it.
 
 from __future__ import annotations
 
-import contextvars
 import json
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -74,24 +72,13 @@ def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult |
     side (db.side_by_side), the rules run while the sections that do not need their findings are built."""
     if result is None:
         trace.analyze(options.analysis)
-        if db.side_by_side(trace.con) > 1:
-            return _report_beside_rules(trace, options, focus_step)
+        threads = db.side_by_side(trace.con)
+        if threads > 1:  # the rules on a cursor of the pool; a Ctrl-C stops their statement too
+            with profiling.alongside("report", "rules"), db.cursor_pool(trace.con, threads) as submit:
+                checked = submit(lambda cursor: check(trace, options, cursor))
+                return build_report(trace.con, checked, __version__, focus_step=focus_step)
         result = check(trace, options)
     return build_report(trace.con, result, __version__, focus_step=focus_step)  # profiled per section
-
-
-def _report_beside_rules(trace: api.Trace, options: CheckOptions, focus_step: FocusStep | None) -> dict[str, Any]:
-    rules_con = trace.con.cursor()
-    try:
-        with profiling.alongside("report", "rules"), ThreadPoolExecutor(1) as pool:
-            checked = pool.submit(contextvars.copy_context().run, check, trace, options, rules_con)
-            try:
-                return build_report(trace.con, checked, __version__, focus_step=focus_step)
-            except BaseException:  # a Ctrl-C: stop the rules' statement, then wait for their thread
-                rules_con.interrupt()
-                raise
-    finally:
-        rules_con.close()
 
 
 def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSummary:

@@ -9,7 +9,6 @@ are joined from StringIds in DuckDB.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from traceview import memory
 from traceview.errors import TraceviewError
 from traceview.ingest.reader import Reader
 from traceview.model import db
@@ -146,11 +146,7 @@ def _stage_integers(con: duckdb.DuckDBPyConnection, export: Export, name: str, t
 
 
 def _dump_workers() -> int:
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, DUMP_MAX_WORKERS))
+    return max(1, min(memory.cores(), DUMP_MAX_WORKERS))
 
 
 def _stage_dumped(con: duckdb.DuckDBPyConnection, export: Export, name: str, table: str,
