@@ -78,3 +78,39 @@ def test_a_reader_widens_only_a_limit_traceview_chose() -> None:
     assert chosen.execute("SELECT current_setting('memory_limit')").fetchone() == \
         probe.execute("SELECT current_setting('memory_limit')").fetchone()
     assert given.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "512.0 MiB"
+
+
+def test_blocks_are_held_for_reuse_only_past_the_floor_and_never_shrink() -> None:
+    import duckdb
+
+    def held(con) -> str:
+        return con.execute("SELECT current_setting('block_allocator_memory')").fetchone()[0]
+
+    con = duckdb.connect()
+    memory.hold_blocks(con, memory.FLOOR_BYTES)  # a small trace: page faults cost nothing worth a pool
+    assert held(con) == "0 bytes"
+    memory.hold_blocks(con, 3_000_000_000)
+    assert held(con) == "2.7 GiB"
+    memory.hold_blocks(con, 1_000_000_000)  # DuckDB refuses to shrink the pool: a smaller estimate keeps it
+    assert held(con) == "2.7 GiB"
+    memory.hold_blocks(con, 4 << 30)
+    assert held(con) == "4.0 GiB"
+
+
+@pytest.mark.parametrize(("text", "size"), [("8GB", 8 * 10**9), ("512MiB", 512 << 20), (" 1.5 gib ", 3 << 29),
+                                            ("700 B", 700)])
+def test_setting_bytes_reads_sizes_as_duckdb_does(text: str, size: int) -> None:
+    assert memory.setting_bytes(text) == size
+
+
+def test_load_holds_blocks_up_to_the_estimate_and_never_past_the_users_limit(monkeypatch) -> None:
+    monkeypatch.delenv("TRACEVIEW_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(memory, "analysis_limit", lambda kernels, host_rows: 3_000_000_000)  # a 2 M-kernel trace's
+    with traceview.load(SAMPLE) as trace:
+        assert trace.scalar("SELECT current_setting('block_allocator_memory')") == "2.7 GiB"
+    with traceview.load(SAMPLE, memory_limit="2GB") as trace:
+        assert trace.scalar("SELECT current_setting('block_allocator_memory')") == "1.8 GiB"
+        assert trace.scalar("SELECT current_setting('memory_limit')") == "1.8 GiB"
+    monkeypatch.undo()
+    with traceview.load(SAMPLE) as trace:
+        assert trace.scalar("SELECT current_setting('block_allocator_memory')") == "0 bytes"

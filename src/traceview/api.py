@@ -118,9 +118,6 @@ def _names_analysis(error: str) -> bool:
     return any(re.search(rf"\b{re.escape(name)}\b", error) for name in analysis_names())
 
 
-MEMORY_LIMIT = re.compile(r"^\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)$", re.IGNORECASE)
-
-
 def connect(memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory database that spills to a private temporary directory past `memory_limit`
     (else $TRACEVIEW_MEMORY_LIMIT, else DuckDB's default until `load` sizes it: traceview.memory).
@@ -132,7 +129,7 @@ def connect(memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/traceview-spill-{os.getpid()}'")
     limit = _user_limit(memory_limit)
     if limit:
-        if not MEMORY_LIMIT.match(limit.strip()):
+        if not memory.SIZE.match(limit):
             con.close()
             raise TraceviewError(f"--memory-limit {limit!r}: expected a size such as 8GB or 512MiB")
         con.execute(f"SET memory_limit = '{limit.strip()}'")
@@ -145,6 +142,7 @@ def _user_limit(memory_limit: str | None) -> str | None:
 
 def _size_memory(con: duckdb.DuckDBPyConnection, limit: int) -> None:
     con.execute(f"SET memory_limit = '{memory.as_setting(limit)}'")
+    memory.hold_blocks(con, limit)
     memory.sized(con)
 
 
@@ -157,13 +155,17 @@ def _connect_for(source: Path, memory_limit: str | None) -> duckdb.DuckDBPyConne
 
 
 def _size_for_analysis(con: duckdb.DuckDBPyConnection, memory_limit: str | None) -> None:
-    """Once the rows are known, the limit follows what the analysis will hold (traceview.memory)."""
-    if _user_limit(memory_limit):
-        return
+    """Once the rows are known, the limit follows what the analysis will hold (traceview.memory); under the
+    user's limit only the blocks DuckDB keeps for reuse do, up to that limit."""
     kernels, host_rows = con.execute("""
         SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
                (SELECT count(*) FROM api_calls) + (SELECT count(*) FROM ranges)""").fetchone()
-    _size_memory(con, memory.analysis_limit(kernels, host_rows))
+    limit = memory.analysis_limit(kernels, host_rows)
+    user = _user_limit(memory_limit)
+    if user:
+        memory.hold_blocks(con, min(limit, memory.setting_bytes(user)))
+    else:
+        _size_memory(con, limit)
 
 
 def content_key(source: Path) -> str:

@@ -12,6 +12,7 @@ more than with host ranges. `--memory-limit` (or $TRACEVIEW_MEMORY_LIMIT) replac
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 MIB = 1 << 20
@@ -101,8 +102,34 @@ def analysis_limit(kernels: int, host_rows: int, machine: int | None = None) -> 
     return limit_bytes(kernels * KERNEL_ROW_BYTES + host_rows * HOST_ROW_BYTES, machine)
 
 
+# a size as DuckDB's memory settings spell it: `8GB` is 10⁹ bytes a unit, `512MiB` 2²⁰
+SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
+
+
+def setting_bytes(text: str) -> int:
+    """Bytes of a size that SIZE matches."""
+    number, unit = SIZE.match(text).groups()
+    return int(float(number) * _UNITS[unit.lower()])
+
+
 def as_setting(limit: int) -> str:
     return f"{max(1, limit // MIB)}MiB"
+
+
+def hold_blocks(con, limit: int) -> None:
+    """Let DuckDB keep up to `limit` of freed buffer blocks for reuse instead of returning them to the system.
+
+    Each sort, hash table and table copy otherwise maps fresh pages and faults them in one 4 KiB page at a
+    time: on the 2 M-kernel export 3.3 M page faults, 7.8 s of system time in a 17 s report (1.4 s of wall
+    time saved with the blocks held). The blocks are held only up to the memory limit, and the database
+    gives them back when it closes. DuckDB refuses to shrink the pool, so it only grows.
+    """
+    held = con.execute("SELECT coalesce(getvariable('traceview_block_bytes'), 0)").fetchone()[0]
+    if limit > max(held, FLOOR_BYTES):
+        con.execute(f"SET block_allocator_memory = '{as_setting(limit)}'")
+        con.execute(f"SET VARIABLE traceview_block_bytes = {limit}")
 
 
 def sized(con) -> None:
