@@ -23,3 +23,25 @@ def test_the_tiebreak_decides_which_tied_interval_ends_a_gap() -> None:
         ended = con.execute(f"SELECT id FROM ({with_prev_end_sql(TIED, ('rank',), tiebreak=('id',))}) "
                             "WHERE start_ns > prev_end_ns").fetchall()
         assert ended == [(1,)]
+
+
+def test_busy_time_is_the_length_of_the_union() -> None:
+    """Nested, touching, repeated and disjoint intervals against a union counted nanosecond by nanosecond."""
+    import random
+
+    from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
+
+    rng = random.Random(7)
+    rows = [(key, start, start + rng.choice((0, 1, 5, 40, 200)))
+            for key in range(6) for start in (rng.randrange(0, 1_000) for _ in range(rng.randrange(1, 60)))]
+    rows += [(6, 10, 20), (6, 20, 30), (6, 0, 100), (6, 0, 100), (7, 5, 5)]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE t (key INTEGER, start_ns BIGINT, end_ns BIGINT)")
+    con.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    covered = {key: len({ns for k, lo, hi in rows if k == key for ns in range(lo, hi)}) for key, _, _ in rows}
+    busy = dict(con.execute(f"SELECT key, busy_ns FROM ({busy_time_sql('SELECT * FROM t', ('key',))})").fetchall())
+    assert busy == covered
+    assert busy[6] == 100 and busy[7] == 0
+    islands = dict(con.execute(f"SELECT key, sum(hi - lo) FROM ({busy_islands_sql('SELECT * FROM t', ('key',))}) "
+                               "GROUP BY key").fetchall())
+    assert busy == islands

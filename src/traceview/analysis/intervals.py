@@ -62,11 +62,18 @@ def islands_from_prev_end_sql(ordered: str, keys: tuple[str, ...], merge_gap_ns:
 
 
 def busy_time_sql(source: str, keys: tuple[str, ...]) -> str:
-    """SQL yielding (keys..., busy_ns, islands): union length of the intervals of `source` per key."""
+    """SQL yielding (keys..., busy_ns): union length of the intervals of `source` per key.
+
+    No islands needed: in start order, the part of an interval not covered before it is what lies past
+    `prev_end_ns` (every earlier interval started no later, so what they cover from this start on is one piece
+    ending at `prev_end_ns`), and those parts sum to the union: one window, where islands take two.
+    """
     key_list = ", ".join(keys)
     return f"""
-        SELECT {key_list}, sum(hi - lo)::BIGINT AS busy_ns, count(*) AS islands
-        FROM ({busy_islands_sql(source, keys)})
+        SELECT {key_list},
+               sum(CASE WHEN prev_end_ns IS NULL OR start_ns >= prev_end_ns THEN end_ns - start_ns
+                        WHEN end_ns > prev_end_ns THEN end_ns - prev_end_ns ELSE 0 END)::BIGINT AS busy_ns
+        FROM ({with_prev_end_sql(f"SELECT {key_list}, start_ns, end_ns FROM ({source})", keys)})
         GROUP BY {key_list}
     """
 
