@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import html as htmllib
 import json
@@ -145,6 +146,25 @@ def test_every_chart_the_page_embeds_is_valid_vega_lite(fixture: str, request: p
     assert set(embedded) == set(built)
     for name, chart in built.items():
         assert chart.to_dict(validate=True) == embedded[name], name  # validates, and is what the page holds
+
+@pytest.mark.parametrize("fixture", ["sample", "vllm"])
+def test_charts_built_without_altairs_copies_and_debug_checks_are_the_same_specs(
+        fixture: str, request: pytest.FixtureRequest, monkeypatch) -> None:
+    """The page's charts skip altair's debug-mode validation and the copies of alt.layer and .properties (most
+    of a small page's chart time); built altair's own way, every spec is the same dict, a merged step's note
+    (the vLLM prefill's) included."""
+    import altair as alt
+
+    data, _ = request.getfixturevalue(fixture)
+    fast = {name: charts.vega_lite(chart) for name, chart in charts.build(data).items() if chart is not None}
+    monkeypatch.setattr(charts, "_layered", lambda layers, **properties: alt.layer(*layers).properties(**properties))
+    monkeypatch.setattr(charts, "debug_mode", lambda on: contextlib.nullcontext())
+    assert alt.utils.schemapi.DEBUG_MODE
+    slow = {name: charts.vega_lite(chart) for name, chart in charts.build(data).items() if chart is not None}
+    assert slow == fast
+    noted = [name for name, spec in fast.items() if name.startswith("timeline") and spec.get("title")]
+    assert bool(noted) == (fixture == "vllm")
+
 
 @requires_shared
 def test_vllm_h100_report_is_small_and_says_costs_are_missing(vllm: tuple[dict, str]) -> None:

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import altair as alt
+from altair.utils.schemapi import debug_mode
 
 from traceview import units as fmt
 from traceview.report.style import PHASE_COLORS, PHASE_ORDER
@@ -44,6 +45,18 @@ def _config(chart: alt.TopLevelMixin) -> alt.TopLevelMixin:
         font=FONT, view=alt.ViewConfig(stroke="#ddd"),
         axis=alt.AxisConfig(labelColor="#333", titleColor="#333", gridColor="#eee", labelFontSize=11, titleFontSize=12),
         legend=alt.LegendConfig(labelFontSize=11, titleFontSize=12, labelLimit=260, symbolOpacity=1))
+    return chart
+
+
+def _layered(layers: list[alt.Chart], **properties: Any) -> alt.LayerChart:
+    """`alt.layer(*layers).properties(...)` without altair's copies, for layers that each name their own data
+    and declare no params: LayerChart's constructor deep-copies every layer to merge their data and params
+    (there is none to merge) and each `properties` call copies the whole chart again. The spec is the same dict
+    (a test compares them); the sample's page builds its charts in 0.12 s instead of 0.2 s."""
+    chart = alt.LayerChart()
+    chart.layer = list(layers)
+    for name, value in properties.items():
+        setattr(chart, name, value)
     return chart
 
 
@@ -266,8 +279,7 @@ def roofline(data: dict[str, Any]) -> alt.Chart | None:
         layers.append(alt.Chart(alt.Data(values=phases)).mark_text(align="center", dy=-16, fontSize=12, fontWeight="bold",
                                                                    color="#111", clip=True).encode(
             x=x, y=y, text=alt.Text("phase:N"), tooltip=tip))
-    chart = alt.layer(*layers).properties(width=WIDTH - 200, height=420)
-    return _config(chart)
+    return _config(_layered(layers, width=WIDTH - 200, height=420))
 
 
 def category_colors(data: dict[str, Any]) -> dict[str, str]:
@@ -383,12 +395,12 @@ def step_lanes(step: dict[str, Any], colors: dict[str, str]) -> alt.LayerChart |
     for name, extra in (("kernels", []), ("costed", [alt.Tooltip("r:N", title="roofline")])):
         if rows[name]:
             layers.append(layer(name, [*kernel_tip, *extra, *merged], kernels=True))
-    chart = alt.layer(*layers).properties(width=WIDTH - 180, height=max(60, LANE_PX * len(lanes)))
+    chart = _layered(layers, width=WIDTH - 180, height=max(60, LANE_PX * len(lanes)))
     if step["note"]:  # a coarser drawing says so on the chart itself: the note's clauses, one a line
         head, _, clauses = step["note"].partition(": ")
-        chart = chart.properties(title=alt.TitleParams(
+        chart.title = alt.TitleParams(
             f"{head}:", subtitle=[c.rstrip(".") for c in clauses.split("; ")],
-            anchor="start", fontSize=12, color="#b35900", subtitleColor="#b35900", subtitleFontSize=11))
+            anchor="start", fontSize=12, color="#b35900", subtitleColor="#b35900", subtitleFontSize=11)
     chart = _config(chart)
     chart.datasets = {name: values for name, values in rows.items() if values}  # set last: never copied
     return chart
@@ -421,12 +433,17 @@ def categories(data: dict[str, Any]) -> alt.Chart | None:
 
 
 def build(data: dict[str, Any]) -> dict[str, alt.TopLevelMixin | None]:
-    """All charts of the page by section id; None where a section has nothing to draw."""
+    """All charts of the page by section id; None where a section has nothing to draw.
+
+    The specs come from this project's own chart code, checked against the Vega-Lite schema by the tests
+    (whole, and built in debug mode to the same dicts); altair's debug mode, which validates every channel,
+    mark and title as it is created, cost a third of a small report."""
     if not data["summary"]["kernels"]:
         return {}
-    charts = {"phases": phase_time(data), "steps": step_timeline(data), "roofline": roofline(data),
-              "categories": categories(data)}
-    colors = category_colors(data)
-    for step in data["timeline"]["steps"]:
-        charts[timeline_chart_name(step)] = step_lanes(step, colors)
+    with debug_mode(False):
+        charts = {"phases": phase_time(data), "steps": step_timeline(data), "roofline": roofline(data),
+                  "categories": categories(data)}
+        colors = category_colors(data)
+        for step in data["timeline"]["steps"]:
+            charts[timeline_chart_name(step)] = step_lanes(step, colors)
     return charts

@@ -263,14 +263,9 @@ def prepare() -> None:
 
 def render(data: dict[str, Any], templates_dir: str | Path | None = None) -> str:
     """The page for one ReportData; `templates_dir` overrides the shipped templates."""
-    from altair.utils.schemapi import debug_mode
-
     from traceview.report import charts  # altair is imported only when a page is rendered
 
-    # the specs come from this project's own chart code, checked against the Vega-Lite schema by the tests;
-    # validating every object as altair builds it (its debug mode) cost a third of a small report
-    with debug_mode(False):
-        specs = {name: charts.vega_lite(chart) for name, chart in charts.build(data).items() if chart is not None}
+    specs = {name: charts.vega_lite(chart) for name, chart in charts.build(data).items() if chart is not None}
     return environment(templates_dir).get_template("report.html").render(
         data=data, charts=specs, csp=CSP, has_gpu=bool(data["summary"]["kernels"]), gaps=_gaps(data),
         peaks=_peaks(data["gpu"]), columns=_columns(data), category_table=_category_table(data),
