@@ -666,7 +666,22 @@ def export(trace: Path, output: Path, **kwargs) -> None:
 
 
 def main() -> None:
-    """Entry point: every failure is one line on stderr and exit code 2; `--debug` shows the traceback."""
+    """Entry point: every failure is one line on stderr and exit code 2; `--debug` shows the traceback.
+
+    Once the command is done the process leaves without tearing the interpreter down: every file is written
+    and closed, every trace's database closed and every worker joined by then, and unloading DuckDB, altair's
+    modules and the report's objects one by one cost the sample report 0.05 s of its 1 s."""
+    code = _run()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a reader that closed the pipe (`| head`) has what it wanted
+            pass
+    os._exit(code)
+
+
+def _run() -> int:
+    """The command's exit code."""
     debug = "--debug" in sys.argv[1:]
     interrupts = []
 
@@ -677,22 +692,28 @@ def main() -> None:
     signal.signal(signal.SIGINT, interrupt)
     try:
         cli.main(standalone_mode=False)
+        return 0
+    except SystemExit as exc:  # a command's own exit code (1: findings at --fail-on)
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        click.echo(exc.code, err=True)
+        return 1
     except click.exceptions.Abort:
         click.echo("traceview: interrupted", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as exc:
         if debug and isinstance(exc, TraceviewError):
             traceback.print_exc()
         click.echo(f"traceview: {exc.format_message()}", err=True)
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the last line of defence against a traceback
         if interrupts:  # DuckDB turns a Ctrl-C during a query into RuntimeError("Query interrupted")
             click.echo("traceview: interrupted", err=True)
-            sys.exit(130)
+            return 130
         if debug:
             traceback.print_exc()
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         click.echo(f"traceview: unexpected error: {message} (rerun with --debug for the traceback)", err=True)
-        sys.exit(2)
+        return 2
