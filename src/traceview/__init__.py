@@ -10,7 +10,7 @@ __all__ = ["Trace", "TraceviewError", "load", "__version__"]
 
 
 def __getattr__(name: str):
-    """`traceview.load` and `traceview.Trace` import DuckDB, pyarrow and the readers on first use, so a
+    """`traceview.load` and `traceview.Trace` import DuckDB and the readers on first use, so a
     process that needs none of them (the HTML renderer's) does not pay for them."""
     if name in ("Trace", "load"):
         from traceview import api

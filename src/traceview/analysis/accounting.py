@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import duckdb
-import pyarrow as pa
 
 from traceview.analysis.estimate import Estimate, estimate
 from traceview.analysis.hardware import HardwareSpec
 from traceview.analysis.models import ModelConfig
 from traceview.analysis.stage import Context, Relation, Stage
 from traceview.errors import TraceviewError
+from traceview.model import db
 
 
 @dataclass(frozen=True)
@@ -129,29 +129,27 @@ def build_step_accounting(con: duckdb.DuckDBPyConnection, options: ModelOptions 
         cost = coster.cost(*_shape(row, options))
         if cost:
             costs.append((row["rank"], row["step_id"], cost))
-    con.register("_costs", pa.table({
-        "rank": pa.array([c[0] for c in costs], pa.int32()),
-        "step_id": pa.array([c[1] for c in costs], pa.int64()),
-        "bytes": [c[2].bytes for c in costs], "flops": [c[2].flops for c in costs],
-        "memory_ns": [round(c[2].memory_s * 1e9) for c in costs],
-        "compute_ns": [round(c[2].compute_s * 1e9) for c in costs],
-    }))
-    con.execute(
-        """
-        UPDATE step_accounting SET model_bytes = c.bytes, model_flops = c.flops,
-               memory_time_ns = c.memory_ns, compute_time_ns = c.compute_ns,
-               roofline_floor_ns = c.floor_ns,
-               -- a floor above the measured busy time is impossible: left NULL (phase_summary says why)
-               kernel_inefficiency_ns = CASE WHEN gpu_busy_ns >= c.floor_ns THEN gpu_busy_ns - c.floor_ns END,
-               overhead_ns = wall_ns - c.memory_ns - c.compute_ns,
-               dominant_term = CASE
-                   WHEN wall_ns - c.memory_ns - c.compute_ns >= c.floor_ns THEN 'overhead'
-                   WHEN c.memory_ns >= c.compute_ns THEN 'memory' ELSE 'compute' END
-        FROM (SELECT *, CASE WHEN memory_ns >= compute_ns THEN memory_ns ELSE compute_ns END AS floor_ns FROM _costs) c
-        WHERE step_accounting.rank = c.rank AND step_accounting.step_id = c.step_id
-        """
-    )
-    con.unregister("_costs")
+    columns = {"rank": "INTEGER", "step_id": "BIGINT", "bytes": "DOUBLE", "flops": "DOUBLE", "memory_ns": "BIGINT",
+               "compute_ns": "BIGINT"}
+    priced = [(rank, step_id, cost.bytes, cost.flops, round(cost.memory_s * 1e9), round(cost.compute_s * 1e9))
+              for rank, step_id, cost in costs]
+    with db.values_table(con, "_costs", columns, priced):
+        con.execute(
+            """
+            UPDATE step_accounting SET model_bytes = c.bytes, model_flops = c.flops,
+                   memory_time_ns = c.memory_ns, compute_time_ns = c.compute_ns,
+                   roofline_floor_ns = c.floor_ns,
+                   -- a floor above the measured busy time is impossible: left NULL (phase_summary says why)
+                   kernel_inefficiency_ns = CASE WHEN gpu_busy_ns >= c.floor_ns THEN gpu_busy_ns - c.floor_ns END,
+                   overhead_ns = wall_ns - c.memory_ns - c.compute_ns,
+                   dominant_term = CASE
+                       WHEN wall_ns - c.memory_ns - c.compute_ns >= c.floor_ns THEN 'overhead'
+                       WHEN c.memory_ns >= c.compute_ns THEN 'memory' ELSE 'compute' END
+            FROM (SELECT *, CASE WHEN memory_ns >= compute_ns THEN memory_ns ELSE compute_ns END AS floor_ns
+                  FROM _costs) c
+            WHERE step_accounting.rank = c.rank AND step_accounting.step_id = c.step_id
+            """
+        )
 
 
 def _run(con: duckdb.DuckDBPyConnection, context: Context) -> None:

@@ -23,7 +23,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import duckdb
-import pyarrow as pa
 
 from traceview.analysis.hardware import VENDORS, HardwareSpec, get_spec, load_specs, match_gpu
 from traceview.analysis.stage import Columns, Relation, Stage
@@ -143,42 +142,28 @@ def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, in
     """Record each device's spec, where it came from, its architecture and tensor cores; write the spec tables."""
     rows = [(rank, device, spec.id, source, spec.architecture, spec.tensor_cores)
             for (rank, device), (spec, source) in matches.items()]
-    con.register("_matches", pa.table(
-        list(zip(*rows)) if rows else [[] for _ in range(6)],
-        schema=pa.schema([("rank", pa.int32()), ("device_id", pa.int32()), ("spec_id", pa.string()),
-                          ("spec_source", pa.string()), ("architecture", pa.string()), ("tensor_cores", pa.bool_())]),
-    ))
-    con.execute("UPDATE _devices SET spec_id = m.spec_id, spec_source = m.spec_source, architecture = m.architecture, "
-                "tensor_cores = m.tensor_cores FROM _matches m "
-                "WHERE _devices.rank = m.rank AND _devices.device_id = m.device_id")
-    con.unregister("_matches")
+    matched = {"rank": "INTEGER", "device_id": "INTEGER", "spec_id": "VARCHAR", "spec_source": "VARCHAR",
+               "architecture": "VARCHAR", "tensor_cores": "BOOLEAN"}
+    with db.values_table(con, "_matches", matched, rows):
+        con.execute("UPDATE _devices SET spec_id = m.spec_id, spec_source = m.spec_source, "
+                    "architecture = m.architecture, tensor_cores = m.tensor_cores FROM _matches m "
+                    "WHERE _devices.rank = m.rank AND _devices.device_id = m.device_id")
     peaks = [(s.id, dtype, tflops * 1e12) for s in all_specs for dtype, tflops in s.peak_tflops.items()]
-    con.register("_peaks", pa.table({
-        "spec_id": [p[0] for p in peaks], "dtype": [p[1] for p in peaks], "peak_flops": [p[2] for p in peaks],
-    }))
-    con.execute("CREATE OR REPLACE TABLE gpu_peaks AS SELECT * FROM _peaks")
-    con.unregister("_peaks")
-    con.register("_specs", pa.table({
-        "spec_id": [s.id for s in all_specs], "name": [s.name for s in all_specs],
-        "vendor": [s.vendor for s in all_specs], "architecture": [s.architecture for s in all_specs],
-        "hbm_bytes_per_s": [s.hbm_tbps * 1e12 for s in all_specs],
-        "memory_bytes": [s.memory_bytes for s in all_specs], "sm_count": [s.sm_count for s in all_specs],
-        "l2_bytes": pa.array([s.l2_bytes for s in all_specs], pa.int64()),
-        "l2_bytes_per_s": pa.array([s.l2_bytes_per_s for s in all_specs], pa.float64()),
-        "host_link": pa.array([s.host_link and s.host_link.label for s in all_specs], pa.string()),
-        "host_link_bytes_per_s": pa.array([s.host_link and s.host_link.bytes_per_s for s in all_specs], pa.float64()),
-        "gpu_link": pa.array([s.gpu_link and s.gpu_link.label for s in all_specs], pa.string()),
-        "gpu_link_bytes_per_s": pa.array([s.gpu_link and s.gpu_link.bytes_per_s for s in all_specs], pa.float64()),
-    }))
-    con.execute("CREATE OR REPLACE TABLE gpu_specs AS SELECT * FROM _specs")
-    con.unregister("_specs")
+    with db.values_table(con, "_peaks", {"spec_id": "VARCHAR", "dtype": "VARCHAR", "peak_flops": "DOUBLE"}, peaks):
+        con.execute("CREATE OR REPLACE TABLE gpu_peaks AS SELECT * FROM _peaks")
+    specs = {"spec_id": "VARCHAR", "name": "VARCHAR", "vendor": "VARCHAR", "architecture": "VARCHAR",
+             "hbm_bytes_per_s": "DOUBLE", "memory_bytes": "BIGINT", "sm_count": "BIGINT", "l2_bytes": "BIGINT",
+             "l2_bytes_per_s": "DOUBLE", "host_link": "VARCHAR", "host_link_bytes_per_s": "DOUBLE",
+             "gpu_link": "VARCHAR", "gpu_link_bytes_per_s": "DOUBLE"}
+    spec_rows = [(s.id, s.name, s.vendor, s.architecture, s.hbm_tbps * 1e12, s.memory_bytes, s.sm_count, s.l2_bytes,
+                  s.l2_bytes_per_s, s.host_link and s.host_link.label, s.host_link and s.host_link.bytes_per_s,
+                  s.gpu_link and s.gpu_link.label, s.gpu_link and s.gpu_link.bytes_per_s) for s in all_specs]
+    with db.values_table(con, "_specs", specs, spec_rows):
+        con.execute("CREATE OR REPLACE TABLE gpu_specs AS SELECT * FROM _specs")
     classes = load_architectures()[0]
-    con.register("_covers", pa.table({
-        "architecture": [c.id for c in classes for s in all_specs if s.architecture in c.covers],
-        "spec_id": [s.id for c in classes for s in all_specs if s.architecture in c.covers],
-    }))
-    con.execute("CREATE OR REPLACE TABLE architecture_specs AS SELECT * FROM _covers")
-    con.unregister("_covers")
+    covers = [(c.id, s.id) for c in classes for s in all_specs if s.architecture in c.covers]
+    with db.values_table(con, "_covers", {"architecture": "VARCHAR", "spec_id": "VARCHAR"}, covers):
+        con.execute("CREATE OR REPLACE TABLE architecture_specs AS SELECT * FROM _covers")
 
 
 # ----------------------------------------------------------------------------- device-id mapping
@@ -229,19 +214,16 @@ def _map_unlisted_ids(con: duckdb.DuckDBPyConnection, specs: list[HardwareSpec])
         db.add_diagnostic(con, rank, "analysis", severity, "device_ids_mapped", message)
     if not mapping:
         return
-    con.register("_device_map", pa.table(
-        list(zip(*mapping)),
-        schema=pa.schema([("rank", pa.int32()), ("device_id", pa.int32()), ("maps_to", pa.int32())]),
-    ))
-    con.execute(
-        """
-        INSERT INTO _devices BY NAME
-        SELECT d.* EXCLUDE (device_id, maps_to_device_id, listed), m.device_id, m.maps_to AS maps_to_device_id,
-               FALSE AS listed
-        FROM _devices d JOIN _device_map m ON d.rank = m.rank AND d.device_id = m.maps_to
-        """
-    )
-    con.unregister("_device_map")
+    with db.values_table(con, "_device_map", {"rank": "INTEGER", "device_id": "INTEGER", "maps_to": "INTEGER"},
+                         list(mapping)):
+        con.execute(
+            """
+            INSERT INTO _devices BY NAME
+            SELECT d.* EXCLUDE (device_id, maps_to_device_id, listed), m.device_id, m.maps_to AS maps_to_device_id,
+                   FALSE AS listed
+            FROM _devices d JOIN _device_map m ON d.rank = m.rank AND d.device_id = m.maps_to
+            """
+        )
 
 
 # ----------------------------------------------------------------------------- kernel-name inference
@@ -250,54 +232,49 @@ def _map_unlisted_ids(con: duckdb.DuckDBPyConnection, specs: list[HardwareSpec])
 def _infer_from_kernel_names(con: duckdb.DuckDBPyConnection) -> None:
     """Class each used device that has no spec by the most advanced architecture its kernel names prove."""
     classes, patterns = load_architectures()
-    con.register("_arch_classes", pa.table({
-        "architecture": [c.id for c in classes], "vendor": [c.vendor for c in classes],
-        "class_level": [c.level for c in classes],
-        "tensor_cores": pa.array([c.tensor_cores for c in classes], pa.bool_()),
-    }))
-    con.register("_arch_patterns", pa.table({
-        "vendor": [p.vendor for p in patterns], "pattern": [p.pattern for p in patterns],
-        "capture": [p.capture for p in patterns], "level": pa.array([p.level for p in patterns], pa.int64()),
-    }))
-    inferred = con.execute(
-        """
-        WITH unknown AS (
-            SELECT DISTINCT k.rank, k.device_id FROM kernels k
-            LEFT JOIN _devices d ON d.rank = k.rank AND d.device_id = k.device_id
-            WHERE k.device_id IS NOT NULL AND d.spec_id IS NULL
-        ),
-        names AS (
-            SELECT k.rank, k.device_id, k.name, sum(k.dur_ns) AS time_ns
-            FROM kernels k JOIN unknown u ON u.rank = k.rank AND u.device_id = k.device_id
-            GROUP BY ALL
-        ),
-        hits AS (
-            SELECT n.rank, n.device_id, n.name, n.time_ns, p.vendor,
-                   CASE WHEN NOT p.capture THEN p.level
-                        WHEN p.vendor = 'amd' THEN ('0x' || regexp_extract(n.name, p.pattern, 1))::BIGINT
-                        ELSE regexp_extract(n.name, p.pattern, 1)::BIGINT END AS level
-            FROM names n JOIN _arch_patterns p ON regexp_matches(n.name, p.pattern)
-        ),
-        classed AS (
-            SELECT h.*, c.architecture, c.class_level, c.tensor_cores
-            FROM hits h ASOF JOIN _arch_classes c ON c.vendor = h.vendor AND h.level >= c.class_level
-        ),
-        vendors AS (  -- the vendor whose names cover the most kernel time
-            SELECT rank, device_id, arg_max(vendor, vendor_ns) AS vendor
-            FROM (SELECT rank, device_id, vendor, sum(time_ns) AS vendor_ns
-                  FROM (SELECT DISTINCT rank, device_id, vendor, name, time_ns FROM classed) GROUP BY ALL)
-            GROUP BY rank, device_id
-        )
-        SELECT c.rank, c.device_id,
-               arg_max(struct_pack(a := c.architecture, t := c.tensor_cores, n := c.name),
-                       struct_pack(l := c.class_level, ns := c.time_ns)) AS pick
-        FROM classed c JOIN vendors v ON v.rank = c.rank AND v.device_id = c.device_id AND v.vendor = c.vendor
-        GROUP BY c.rank, c.device_id
-        ORDER BY c.rank, c.device_id
-        """
-    ).fetchall()
-    con.unregister("_arch_classes")
-    con.unregister("_arch_patterns")
+    arch_classes = {"architecture": "VARCHAR", "vendor": "VARCHAR", "class_level": "BIGINT", "tensor_cores": "BOOLEAN"}
+    arch_patterns = {"vendor": "VARCHAR", "pattern": "VARCHAR", "capture": "BOOLEAN", "level": "BIGINT"}
+    with db.values_table(con, "_arch_classes", arch_classes,
+                         [(c.id, c.vendor, c.level, c.tensor_cores) for c in classes]), \
+            db.values_table(con, "_arch_patterns", arch_patterns,
+                            [(p.vendor, p.pattern, p.capture, p.level) for p in patterns]):
+        inferred = con.execute(
+            """
+            WITH unknown AS (
+                SELECT DISTINCT k.rank, k.device_id FROM kernels k
+                LEFT JOIN _devices d ON d.rank = k.rank AND d.device_id = k.device_id
+                WHERE k.device_id IS NOT NULL AND d.spec_id IS NULL
+            ),
+            names AS (
+                SELECT k.rank, k.device_id, k.name, sum(k.dur_ns) AS time_ns
+                FROM kernels k JOIN unknown u ON u.rank = k.rank AND u.device_id = k.device_id
+                GROUP BY ALL
+            ),
+            hits AS (
+                SELECT n.rank, n.device_id, n.name, n.time_ns, p.vendor,
+                       CASE WHEN NOT p.capture THEN p.level
+                            WHEN p.vendor = 'amd' THEN ('0x' || regexp_extract(n.name, p.pattern, 1))::BIGINT
+                            ELSE regexp_extract(n.name, p.pattern, 1)::BIGINT END AS level
+                FROM names n JOIN _arch_patterns p ON regexp_matches(n.name, p.pattern)
+            ),
+            classed AS (
+                SELECT h.*, c.architecture, c.class_level, c.tensor_cores
+                FROM hits h ASOF JOIN _arch_classes c ON c.vendor = h.vendor AND h.level >= c.class_level
+            ),
+            vendors AS (  -- the vendor whose names cover the most kernel time
+                SELECT rank, device_id, arg_max(vendor, vendor_ns) AS vendor
+                FROM (SELECT rank, device_id, vendor, sum(time_ns) AS vendor_ns
+                      FROM (SELECT DISTINCT rank, device_id, vendor, name, time_ns FROM classed) GROUP BY ALL)
+                GROUP BY rank, device_id
+            )
+            SELECT c.rank, c.device_id,
+                   arg_max(struct_pack(a := c.architecture, t := c.tensor_cores, n := c.name),
+                           struct_pack(l := c.class_level, ns := c.time_ns)) AS pick
+            FROM classed c JOIN vendors v ON v.rank = c.rank AND v.device_id = c.device_id AND v.vendor = c.vendor
+            GROUP BY c.rank, c.device_id
+            ORDER BY c.rank, c.device_id
+            """
+        ).fetchall()
     for rank, device, pick in inferred:
         exists = con.execute("SELECT count(*) FROM _devices WHERE rank = ? AND device_id = ?", [rank, device]).fetchall()
         if not exists[0][0]:

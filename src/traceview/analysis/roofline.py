@@ -10,10 +10,10 @@ Aggregates are ΣFLOPs/Σtime over accepted costs, never a mean of percentages (
 from __future__ import annotations
 
 import duckdb
-import pyarrow as pa
 
 from traceview.analysis.categories import labelled_kernels_sql
 from traceview.analysis.stage import Columns, Relation, Stage
+from traceview.model import db
 
 DTYPE_BYTES = {"fp64": 8, "fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1, "fp4": 0.5}
 # Categories whose FLOPs run on tensor cores; everything else is judged against bandwidth only.
@@ -42,7 +42,6 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
     the implied rate and the time left uncosted. A kernel whose GPU has no spec is judged against the
     fastest GPU in hardware/, so no number leaves that no GPU could produce.
     """
-    con.register("_dtype_bytes", pa.table({"dtype": list(DTYPE_BYTES), "size": [float(v) for v in DTYPE_BYTES.values()]}))
     con.execute(
         """
         CREATE OR REPLACE TEMP TABLE _kernel_ops AS
@@ -67,49 +66,51 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
         SELECT * FROM by_external UNION ALL SELECT * FROM by_nvtx
         """
     )
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _judged_costs AS
-        WITH modelled AS (
-            SELECT ko.rank, ko.kernel_id, ko.range_id, o.op, k.device_id, k.dur_ns,
-                   coalesce(k.dtype, o.input_dtype) AS cost_dtype,
-                   o.flops * k.dur_ns / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS flops,
-                   -- moved elements become bytes only where the element size is known (no fp32 guess)
-                   coalesce(o.bytes, o.elements * ds.size) * k.dur_ns
-                       / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS bytes
-            FROM _kernel_ops ko
-            JOIN op_costs o USING (rank, range_id)
-            JOIN ({labelled_kernels_sql()}) k ON k.rank = ko.rank AND k.kernel_id = ko.kernel_id
-            LEFT JOIN _dtype_bytes ds ON ds.dtype = coalesce(k.dtype, o.input_dtype)
-            WHERE k.dur_ns > 0
-        ),
-        fastest AS (
-            SELECT (SELECT max(hbm_bytes_per_s) FROM gpu_specs) AS hbm_bytes_per_s,
-                   (SELECT max(peak_flops) FROM gpu_peaks) AS peak_flops
-        ),
-        roofs AS (
-            SELECT m.*, d.spec_id, s.l2_bytes, s.l2_bytes_per_s,
-                   CASE WHEN s.spec_id IS NULL THEN f.hbm_bytes_per_s ELSE s.hbm_bytes_per_s END AS memory_roof,
-                   CASE WHEN s.spec_id IS NULL THEN f.peak_flops
-                        WHEN p.peak_flops IS NULL THEN (SELECT max(peak_flops) FROM gpu_peaks q WHERE q.spec_id = s.spec_id)
-                        ELSE p.peak_flops END AS compute_roof,
-                   m.flops / m.dur_ns * 1e9 AS flops_per_s, m.bytes / m.dur_ns * 1e9 AS bytes_per_s
-            FROM modelled m
-            CROSS JOIN fastest f
-            LEFT JOIN devices d ON d.rank = m.rank AND d.device_id = m.device_id
-            LEFT JOIN gpu_specs s ON s.spec_id = d.spec_id
-            LEFT JOIN gpu_peaks p ON p.spec_id = d.spec_id AND p.dtype = m.cost_dtype
-            WHERE m.flops IS NOT NULL OR m.bytes IS NOT NULL
+    with db.values_table(con, "_dtype_bytes", {"dtype": "VARCHAR", "size": "DOUBLE"},
+                         [(dtype, float(size)) for dtype, size in DTYPE_BYTES.items()]):
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE _judged_costs AS
+            WITH modelled AS (
+                SELECT ko.rank, ko.kernel_id, ko.range_id, o.op, k.device_id, k.dur_ns,
+                       coalesce(k.dtype, o.input_dtype) AS cost_dtype,
+                       o.flops * k.dur_ns / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS flops,
+                       -- moved elements become bytes only where the element size is known (no fp32 guess)
+                       coalesce(o.bytes, o.elements * ds.size) * k.dur_ns
+                           / sum(k.dur_ns) OVER (PARTITION BY ko.rank, ko.range_id) AS bytes
+                FROM _kernel_ops ko
+                JOIN op_costs o USING (rank, range_id)
+                JOIN ({labelled_kernels_sql()}) k ON k.rank = ko.rank AND k.kernel_id = ko.kernel_id
+                LEFT JOIN _dtype_bytes ds ON ds.dtype = coalesce(k.dtype, o.input_dtype)
+                WHERE k.dur_ns > 0
+            ),
+            fastest AS (
+                SELECT (SELECT max(hbm_bytes_per_s) FROM gpu_specs) AS hbm_bytes_per_s,
+                       (SELECT max(peak_flops) FROM gpu_peaks) AS peak_flops
+            ),
+            roofs AS (
+                SELECT m.*, d.spec_id, s.l2_bytes, s.l2_bytes_per_s,
+                       CASE WHEN s.spec_id IS NULL THEN f.hbm_bytes_per_s ELSE s.hbm_bytes_per_s END AS memory_roof,
+                       CASE WHEN s.spec_id IS NULL THEN f.peak_flops
+                            WHEN p.peak_flops IS NULL THEN (SELECT max(peak_flops) FROM gpu_peaks q WHERE q.spec_id = s.spec_id)
+                            ELSE p.peak_flops END AS compute_roof,
+                       m.flops / m.dur_ns * 1e9 AS flops_per_s, m.bytes / m.dur_ns * 1e9 AS bytes_per_s
+                FROM modelled m
+                CROSS JOIN fastest f
+                LEFT JOIN devices d ON d.rank = m.rank AND d.device_id = m.device_id
+                LEFT JOIN gpu_specs s ON s.spec_id = d.spec_id
+                LEFT JOIN gpu_peaks p ON p.spec_id = d.spec_id AND p.dtype = m.cost_dtype
+                WHERE m.flops IS NOT NULL OR m.bytes IS NOT NULL
+            )
+            SELECT *,
+                   CASE WHEN flops_per_s > compute_roof THEN 'rejected_compute'
+                        WHEN bytes_per_s > memory_roof AND bytes <= l2_bytes
+                             AND (l2_bytes_per_s IS NULL OR bytes_per_s <= l2_bytes_per_s) THEN 'l2_resident'
+                        WHEN bytes_per_s > memory_roof THEN 'rejected_memory'
+                        ELSE 'accepted' END AS cost_status
+            FROM roofs
+            """
         )
-        SELECT *,
-               CASE WHEN flops_per_s > compute_roof THEN 'rejected_compute'
-                    WHEN bytes_per_s > memory_roof AND bytes <= l2_bytes
-                         AND (l2_bytes_per_s IS NULL OR bytes_per_s <= l2_bytes_per_s) THEN 'l2_resident'
-                    WHEN bytes_per_s > memory_roof THEN 'rejected_memory'
-                    ELSE 'accepted' END AS cost_status
-        FROM roofs
-        """
-    )
     con.execute(
         """
         CREATE OR REPLACE TABLE kernel_costs AS
@@ -131,7 +132,6 @@ def cost_kernels(con: duckdb.DuckDBPyConnection) -> None:
         """
     )
     _diagnose_rejected_costs(con)
-    con.unregister("_dtype_bytes")
     for table in ("_kernel_ops", "_judged_costs"):
         con.execute(f"DROP TABLE {table}")
 

@@ -16,14 +16,17 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
-import pyarrow as pa
 
 from traceview import memory
 from traceview.errors import TraceviewError
 from traceview.ingest.reader import Reader
 from traceview.model import db
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 CHUNK_ROWS = 200_000
@@ -115,13 +118,18 @@ class Export:
 
 def _batches(cursor: sqlite3.Cursor, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     """Rows to Arrow in one call per chunk: converting tuples as structs beats one array per column."""
+    import pyarrow as pa
+
     row_type = pa.struct(schema)
     while rows := cursor.fetchmany(CHUNK_ROWS):
         yield pa.RecordBatch.from_struct_array(pa.array(rows, type=row_type))
 
 
 def _stage(con: duckdb.DuckDBPyConnection, export: Export, name: str, sql: str, schema: pa.Schema) -> None:
-    """Stream a SQLite query into a DuckDB temp table in Arrow chunks."""
+    """Stream a SQLite query into a DuckDB temp table in Arrow chunks (pyarrow is imported here, by the one
+    format that needs it: a fiftieth of a small report's wall time)."""
+    import pyarrow as pa
+
     cursor = export.conn.execute(sql)
     reader = pa.RecordBatchReader.from_batches(schema, _batches(cursor, schema))
     con.register("_arrow_chunks", reader)
@@ -196,11 +204,14 @@ def _stage_strings(con: duckdb.DuckDBPyConnection, export: Export) -> None:
     _stage(con, export, "_nsys_strings", "SELECT id, value FROM StringIds", _schema(id=I64, value=STR))
 
 
-def _schema(**fields: pa.DataType) -> pa.Schema:
-    return pa.schema(list(fields.items()))
+def _schema(**fields: str) -> pa.Schema:
+    """An Arrow schema from pyarrow's type names (I64, STR)."""
+    import pyarrow as pa
+
+    return pa.schema([(name, getattr(pa, kind)()) for name, kind in fields.items()])
 
 
-I64, I32, STR = pa.int64(), pa.int32(), pa.string()
+I64, STR = "int64", "string"
 
 
 def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) -> int:
@@ -308,13 +319,12 @@ class ProcessRanks:
         """Give every staged row its process's rank (rows were staged as `first`); nothing to do for one."""
         if all(rank == self.first for rank in self.by_pid.values()):
             return
-        con.register("_nsys_process_ranks", pa.table({"pid": pa.array(list(self.by_pid), I64),
-                                                      "rank": pa.array(list(self.by_pid.values()), I32)}))
-        for table in ("_stage_api_calls", "_stage_kernels", "_stage_memops", "_stage_ranges"):
-            if self.home != self.first:
-                con.execute(f"UPDATE {table} SET rank = {self.home}")
-            con.execute(f"UPDATE {table} SET rank = m.rank FROM _nsys_process_ranks m WHERE m.pid = {table}.pid")
-        con.unregister("_nsys_process_ranks")
+        with db.values_table(con, "_nsys_process_ranks", {"pid": "BIGINT", "rank": "INTEGER"},
+                             list(self.by_pid.items())):
+            for table in ("_stage_api_calls", "_stage_kernels", "_stage_memops", "_stage_ranges"):
+                if self.home != self.first:
+                    con.execute(f"UPDATE {table} SET rank = {self.home}")
+                con.execute(f"UPDATE {table} SET rank = m.rank FROM _nsys_process_ranks m WHERE m.pid = {table}.pid")
 
     @property
     def diagnostic(self) -> str | None:
@@ -471,25 +481,24 @@ def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
         )
     sql = " UNION ALL ".join(parts) if parts else "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0"
     _stage(con, export, "_nsys_memops", sql, schema)
-    con.register("_copy_kinds", pa.table({"id": list(COPY_KINDS), "label": list(COPY_KINDS.values())}))
-    con.register("_mem_kinds", pa.table({"id": list(MEMORY_KINDS), "label": list(MEMORY_KINDS.values())}))
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _stage_memops AS
-        SELECT {rank} AS rank, m.kind, ck.label AS copy_kind, m.bytes, sk.label AS src_kind, dk.label AS dst_kind,
-               m.device_id, m.stream_id, (m.global_pid >> 24) & {MASK_24} AS pid,
-               m.start AS start_ns, m."end" AS end_ns, m.correlation_id,
-               CASE WHEN m.kind = 'memcpy'
-                    THEN 'Memcpy ' || coalesce(ck.label, '?') || ' (' || coalesce(sk.label, '?') || ' -> ' || coalesce(dk.label, '?') || ')'
-                    ELSE 'Memset (' || coalesce(dk.label, '?') || ')' END AS name
-        FROM _nsys_memops m
-        LEFT JOIN _copy_kinds ck ON ck.id = m.copy_kind
-        LEFT JOIN _mem_kinds sk ON sk.id = m.src_kind
-        LEFT JOIN _mem_kinds dk ON dk.id = m.dst_kind
-        """
-    )
-    con.unregister("_copy_kinds")
-    con.unregister("_mem_kinds")
+    labels = {"id": "BIGINT", "label": "VARCHAR"}
+    with db.values_table(con, "_copy_kinds", labels, list(COPY_KINDS.items())), \
+            db.values_table(con, "_mem_kinds", labels, list(MEMORY_KINDS.items())):
+        con.execute(
+            f"""
+            CREATE OR REPLACE TEMP TABLE _stage_memops AS
+            SELECT {rank} AS rank, m.kind, ck.label AS copy_kind, m.bytes, sk.label AS src_kind, dk.label AS dst_kind,
+                   m.device_id, m.stream_id, (m.global_pid >> 24) & {MASK_24} AS pid,
+                   m.start AS start_ns, m."end" AS end_ns, m.correlation_id,
+                   CASE WHEN m.kind = 'memcpy'
+                        THEN 'Memcpy ' || coalesce(ck.label, '?') || ' (' || coalesce(sk.label, '?') || ' -> ' || coalesce(dk.label, '?') || ')'
+                        ELSE 'Memset (' || coalesce(dk.label, '?') || ')' END AS name
+            FROM _nsys_memops m
+            LEFT JOIN _copy_kinds ck ON ck.id = m.copy_kind
+            LEFT JOIN _mem_kinds sk ON sk.id = m.src_kind
+            LEFT JOIN _mem_kinds dk ON dk.id = m.dst_kind
+            """
+        )
     con.execute("DROP TABLE _nsys_memops")
 
 

@@ -18,7 +18,6 @@ from importlib import resources
 from typing import Any, Callable, Iterator
 
 import duckdb
-import pyarrow as pa
 
 from traceview import memory
 
@@ -181,6 +180,23 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) ->
         batch = rows[start:start + INSERT_BATCH]
         row = f"({', '.join('?' * len(batch[0]))})"
         con.execute(f"INSERT INTO {table} VALUES {', '.join([row] * len(batch))}", [v for r in batch for v in r])
+
+
+@contextmanager
+def values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str],
+                 rows: list[tuple] | dict[str, list]) -> Iterator[str]:
+    """A TEMP table `name` of Python values (a name map, the hardware specs) with the given DuckDB column
+    types, dropped on leaving: rows as tuples in column order, or one list per column. Built from list
+    parameters, so no pyarrow: importing it is a fiftieth of a small report's wall time."""
+    lists = ([list(column) for column in zip(*rows)] if rows else [[] for _ in columns]) \
+        if isinstance(rows, list) else [list(rows[column]) for column in columns]
+    selects = ", ".join(f"unnest($c{i}::{kind}[]) AS {column}" for i, (column, kind) in enumerate(columns.items()))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {selects}",
+                {f"c{i}": values for i, values in enumerate(lists)})
+    try:
+        yield name
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS {name}")
 
 
 def add_diagnostic(
@@ -447,10 +463,9 @@ def add_short_names(con: duckdb.DuckDBPyConnection, stage: str) -> None:
     names = [row[0] for row in con.execute(f"SELECT DISTINCT name FROM {stage} WHERE short_name IS NULL").fetchall()]
     if not names:
         return
-    table = pa.table({"name": names, "short_name": [short_kernel_name(n or "") for n in names]})
-    con.register("_short_names", table)
-    con.execute(
-        f"UPDATE {stage} SET short_name = s.short_name FROM _short_names s "
-        f"WHERE {stage}.short_name IS NULL AND {stage}.name = s.name"
-    )
-    con.unregister("_short_names")
+    with values_table(con, "_short_names", {"name": "VARCHAR", "short_name": "VARCHAR"},
+                      {"name": names, "short_name": [short_kernel_name(n or "") for n in names]}):
+        con.execute(
+            f"UPDATE {stage} SET short_name = s.short_name FROM _short_names s "
+            f"WHERE {stage}.short_name IS NULL AND {stage}.name = s.name"
+        )
