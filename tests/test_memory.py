@@ -80,21 +80,26 @@ def test_a_reader_widens_only_a_limit_traceview_chose() -> None:
     assert given.execute("SELECT current_setting('memory_limit')").fetchone()[0] == "512.0 MiB"
 
 
-def test_blocks_are_held_for_reuse_only_past_the_floor_and_never_shrink() -> None:
+def test_blocks_are_held_for_reuse_past_the_floor_where_the_machine_has_room_and_never_shrink() -> None:
     import duckdb
 
     def held(con) -> str:
         return con.execute("SELECT current_setting('block_allocator_memory')").fetchone()[0]
 
+    machine = 16 << 30
     con = duckdb.connect()
-    memory.hold_blocks(con, memory.FLOOR_BYTES)  # a small trace: page faults cost nothing worth a pool
+    memory.hold_blocks(con, memory.FLOOR_BYTES, machine)  # a small trace: page faults cost nothing worth a pool
     assert held(con) == "0 bytes"
-    memory.hold_blocks(con, 3_000_000_000)
+    memory.hold_blocks(con, 3_000_000_000, machine)
     assert held(con) == "2.7 GiB"
-    memory.hold_blocks(con, 1_000_000_000)  # DuckDB refuses to shrink the pool: a smaller estimate keeps it
+    memory.hold_blocks(con, 1_000_000_000, machine)  # DuckDB refuses to shrink the pool: a smaller one keeps it
     assert held(con) == "2.7 GiB"
-    memory.hold_blocks(con, 4 << 30)
+    memory.hold_blocks(con, 4 << 30, machine)
     assert held(con) == "4.0 GiB"
+    # a 1 GB container: the limit (768 MiB) and a pool as large do not both fit, so no pool
+    small = duckdb.connect()
+    memory.hold_blocks(small, memory.limit_bytes(4 << 30, 1 << 30), 1 << 30)
+    assert held(small) == "0 bytes"
 
 
 @pytest.mark.parametrize(("text", "size"), [("8GB", 8 * 10**9), ("512MiB", 512 << 20), (" 1.5 gib ", 3 << 29),
@@ -106,6 +111,7 @@ def test_setting_bytes_reads_sizes_as_duckdb_does(text: str, size: int) -> None:
 def test_load_holds_blocks_up_to_the_estimate_and_never_past_the_users_limit(monkeypatch) -> None:
     monkeypatch.delenv("TRACEVIEW_MEMORY_LIMIT", raising=False)
     monkeypatch.setattr(memory, "analysis_limit", lambda kernels, host_rows: 3_000_000_000)  # a 2 M-kernel trace's
+    monkeypatch.setattr(memory, "physical_memory", lambda: 16 << 30)  # room for that limit twice over
     with traceview.load(SAMPLE) as trace:
         assert trace.scalar("SELECT current_setting('block_allocator_memory')") == "2.7 GiB"
     with traceview.load(SAMPLE, memory_limit="2GB") as trace:

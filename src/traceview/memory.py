@@ -118,16 +118,20 @@ def as_setting(limit: int) -> str:
     return f"{max(1, limit // MIB)}MiB"
 
 
-def hold_blocks(con, limit: int) -> None:
+def hold_blocks(con, limit: int, machine: int | None = None) -> None:
     """Let DuckDB keep up to `limit` of freed buffer blocks for reuse instead of returning them to the system.
 
     Each sort, hash table and table copy otherwise maps fresh pages and faults them in one 4 KiB page at a
     time: on the 2 M-kernel export 3.3 M page faults, 7.8 s of system time in a 17 s report (1.4 s of wall
-    time saved with the blocks held). The blocks are held only up to the memory limit, and the database
-    gives them back when it closes. DuckDB refuses to shrink the pool, so it only grows.
+    time saved with the blocks held). The pool is as large as the memory limit, and only where the machine
+    has room for the limit twice over: DuckDB's limit counts the blocks in use, not the free ones the pool
+    holds, so at worst the process holds both (in a 1 GB container the 2 M export was killed with the pool
+    and completes without it). Small traces keep none (nothing to gain under the floor). The database gives
+    the blocks back when it closes; DuckDB refuses to shrink the pool, so it only grows.
     """
+    machine = physical_memory() if machine is None else machine
     held = con.execute("SELECT coalesce(getvariable('traceview_block_bytes'), 0)").fetchone()[0]
-    if limit > max(held, FLOOR_BYTES):
+    if limit > max(held, FLOOR_BYTES) and 2 * limit + OUTSIDE_DUCKDB_BYTES <= machine:
         con.execute(f"SET block_allocator_memory = '{as_setting(limit)}'")
         con.execute(f"SET VARIABLE traceview_block_bytes = {limit}")
 
