@@ -184,12 +184,11 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) ->
 
 @contextmanager
 def values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str],
-                 rows: list[tuple] | dict[str, list]) -> Iterator[str]:
-    """A TEMP table `name` of Python values (a name map, the hardware specs) with the given DuckDB column
-    types, dropped on leaving: rows as tuples in column order, or one list per column. Built from list
-    parameters, so no pyarrow: importing it is a fiftieth of a small report's wall time."""
-    lists = ([list(column) for column in zip(*rows)] if rows else [[] for _ in columns]) \
-        if isinstance(rows, list) else [list(rows[column]) for column in columns]
+                 rows: list[tuple]) -> Iterator[str]:
+    """A TEMP table `name` of Python values (a name map, the hardware specs), rows as tuples in the order of
+    `columns` (name -> DuckDB type), dropped on leaving. Built from one list parameter a column, so no
+    pyarrow: importing it is a fiftieth of a small report's wall time."""
+    lists = [list(column) for column in zip(*rows)] if rows else [[] for _ in columns]
     selects = ", ".join(f"unnest($c{i}::{kind}[]) AS {column}" for i, (column, kind) in enumerate(columns.items()))
     con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {selects}",
                 {f"c{i}": values for i, values in enumerate(lists)})
@@ -464,7 +463,7 @@ def add_short_names(con: duckdb.DuckDBPyConnection, stage: str) -> None:
     if not names:
         return
     with values_table(con, "_short_names", {"name": "VARCHAR", "short_name": "VARCHAR"},
-                      {"name": names, "short_name": [short_kernel_name(n or "") for n in names]}):
+                      [(name, short_kernel_name(name or "")) for name in names]):
         con.execute(
             f"UPDATE {stage} SET short_name = s.short_name FROM _short_names s "
             f"WHERE {stage}.short_name IS NULL AND {stage}.name = s.name"
