@@ -100,6 +100,16 @@ def test_blocks_are_held_for_reuse_past_the_floor_where_the_machine_has_room_and
     small = duckdb.connect()
     memory.hold_blocks(small, memory.limit_bytes(4 << 30, 1 << 30), 1 << 30)
     assert held(small) == "0 bytes"
+    # one of audit's 4 workers on the 16 GB machine has a quarter of it: a 3 GB limit and its pool do not fit
+    shared = duckdb.connect()
+    try:
+        memory.share_machine(4)
+        memory.hold_blocks(shared, 3_000_000_000, machine)
+        assert held(shared) == "0 bytes"
+        memory.hold_blocks(shared, 1_500_000_000, machine)
+        assert held(shared) == "1.3 GiB"
+    finally:
+        memory.share_machine(1)
 
 
 @pytest.mark.parametrize(("text", "size"), [("8GB", 8 * 10**9), ("512MiB", 512 << 20), (" 1.5 gib ", 3 << 29),

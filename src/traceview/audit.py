@@ -228,7 +228,7 @@ def run(targets: list[Target], options: AuditOptions, jobs: int,
             if progress:
                 progress(len(rows), len(targets), rows[-1])
     else:
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
+        with ProcessPoolExecutor(max_workers=jobs, initializer=memory.share_machine, initargs=(jobs,)) as pool:
             futures = [pool.submit(audit_one, target, options) for target in targets]
             for future in as_completed(futures):
                 rows.append(future.result())

@@ -118,6 +118,15 @@ def as_setting(limit: int) -> str:
     return f"{max(1, limit // MIB)}MiB"
 
 
+_processes = 1  # traceview processes sharing the machine (audit's workers): each keeps a pool only in its share
+
+
+def share_machine(processes: int) -> None:
+    """This process is one of `processes` running side by side (an audit worker's initializer)."""
+    global _processes
+    _processes = max(1, processes)
+
+
 def hold_blocks(con, limit: int, machine: int | None = None) -> None:
     """Let DuckDB keep up to `limit` of freed buffer blocks for reuse instead of returning them to the system.
 
@@ -126,10 +135,11 @@ def hold_blocks(con, limit: int, machine: int | None = None) -> None:
     time saved with the blocks held). The pool is as large as the memory limit, and only where the machine
     has room for the limit twice over: DuckDB's limit counts the blocks in use, not the free ones the pool
     holds, so at worst the process holds both (in a 1 GB container the 2 M export was killed with the pool
-    and completes without it). Small traces keep none (nothing to gain under the floor). The database gives
-    the blocks back when it closes; DuckDB refuses to shrink the pool, so it only grows.
+    and completes without it); audit's workers count their share of the machine (`share_machine`). Small traces
+    keep none (nothing to gain under the floor). The database gives the blocks back when it closes; DuckDB
+    refuses to shrink the pool, so it only grows.
     """
-    machine = physical_memory() if machine is None else machine
+    machine = (physical_memory() if machine is None else machine) // _processes
     held = con.execute("SELECT coalesce(getvariable('traceview_block_bytes'), 0)").fetchone()[0]
     if limit > max(held, FLOOR_BYTES) and 2 * limit + OUTSIDE_DUCKDB_BYTES <= machine:
         con.execute(f"SET block_allocator_memory = '{as_setting(limit)}'")
