@@ -130,6 +130,19 @@ def test_row_ids_run_in_start_order(trace) -> None:
         assert backwards == [], table
 
 
+def test_busy_time_is_the_same_union_whichever_way_it_is_taken(trace) -> None:
+    """busy_time_sql sums what each interval adds past the running max of earlier ends; device_activity takes
+    the same union as the span less the idle gaps. Both must agree on every device, and stay within the span."""
+    from traceview.analysis.intervals import busy_time_sql
+
+    busy = busy_time_sql("SELECT rank, device_id, start_ns, end_ns FROM gpu_activity", ("rank", "device_id"))
+    assert violations(trace, f"""
+        SELECT d.rank, d.device_id, d.busy_ns, d.span_ns, b.busy_ns
+        FROM device_activity d FULL JOIN ({busy}) b USING (rank, device_id)
+        WHERE b.busy_ns IS DISTINCT FROM d.busy_ns OR b.busy_ns > d.span_ns OR b.busy_ns < 0
+        """) == []
+
+
 def test_phases_come_from_the_documented_set(trace) -> None:
     steps = set(trace.sql("SELECT DISTINCT phase FROM steps")["phase"].to_list())
     kernels = set(trace.sql("SELECT DISTINCT phase FROM kernels")["phase"].to_list())
