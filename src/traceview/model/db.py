@@ -182,16 +182,21 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) ->
         con.execute(f"INSERT INTO {table} VALUES {', '.join([row] * len(batch))}", [v for r in batch for v in r])
 
 
+def values_sql(columns: dict[str, str], rows: list[tuple]) -> tuple[str, dict[str, list]]:
+    """A SELECT of Python values (a name map, the hardware specs) and its parameters: rows as tuples in the
+    order of `columns` (name -> DuckDB type), one list parameter a column, so no pyarrow: importing it is a
+    fiftieth of a small report's wall time."""
+    lists = [list(column) for column in zip(*rows)] if rows else [[] for _ in columns]
+    selects = ", ".join(f"unnest($c{i}::{kind}[]) AS {column}" for i, (column, kind) in enumerate(columns.items()))
+    return f"SELECT {selects}", {f"c{i}": values for i, values in enumerate(lists)}
+
+
 @contextmanager
 def values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str],
                  rows: list[tuple]) -> Iterator[str]:
-    """A TEMP table `name` of Python values (a name map, the hardware specs), rows as tuples in the order of
-    `columns` (name -> DuckDB type), dropped on leaving. Built from one list parameter a column, so no
-    pyarrow: importing it is a fiftieth of a small report's wall time."""
-    lists = [list(column) for column in zip(*rows)] if rows else [[] for _ in columns]
-    selects = ", ".join(f"unnest($c{i}::{kind}[]) AS {column}" for i, (column, kind) in enumerate(columns.items()))
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT {selects}",
-                {f"c{i}": values for i, values in enumerate(lists)})
+    """values_sql as the TEMP table `name`, dropped on leaving (for statements that join it)."""
+    sql, params = values_sql(columns, rows)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
     try:
         yield name
     finally:
