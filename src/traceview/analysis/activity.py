@@ -300,32 +300,34 @@ def _build_idle_gaps(con: duckdb.DuckDBPyConnection) -> None:
         ),
         gaps AS NOT MATERIALIZED (
             -- the name is looked up per gap, not carried on every activity; a kernel's one name is chosen
-            -- before the join, which then carries one string a kernel, not two
+            -- before the join, which then carries one string a kernel, not two. A kernel brings the launch call
+            -- ingest linked it to (kernels.launch_call_id)
             SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id,
                    CASE g.kind WHEN 'kernel' THEN k.name ELSE m.name END AS name,
-                   g.step_id, g.pid, g.correlation_id
+                   g.step_id, g.pid, g.correlation_id, k.launch_call_id
             FROM ended g
-            LEFT JOIN (SELECT rank, kernel_id, coalesce(short_name, name) AS name FROM kernels) k
+            LEFT JOIN (SELECT rank, kernel_id, coalesce(short_name, name) AS name, launch_call_id FROM kernels) k
               ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
             LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
         ),
         first_ids AS (
-            -- the first call of each correlation id that ended a gap, found once per id: call ids run in start
-            -- order (docs/schema.md), so the first is the lowest id (an integer min, not an arg_min of structs)
+            -- work with no linked launch (memops, a kernel whose correlation id holds no launch call): the first
+            -- call of its correlation id, found once per id: call ids run in start order (docs/schema.md), so
+            -- the first is the lowest id
             SELECT a.rank, a.pid, a.correlation_id, min(a.call_id) AS call_id
             FROM api_calls a
-            SEMI JOIN ended g ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
+            SEMI JOIN (SELECT rank, pid, correlation_id FROM ended WHERE kind = 'memop'
+                       UNION ALL
+                       SELECT rank, pid, correlation_id FROM kernels WHERE launch_call_id IS NULL) g
+              ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
             GROUP BY a.rank, a.pid, a.correlation_id
         ),
-        first_calls AS (
-            SELECT f.rank, f.pid, f.correlation_id,
-                   struct_pack(call_id := a.call_id, start_ns := a.start_ns, tid := a.tid) AS c
-            FROM first_ids f JOIN api_calls a ON a.rank = f.rank AND a.call_id = f.call_id
-        ),
         called AS MATERIALIZED (
-            SELECT g.*, f.c.call_id, f.c.start_ns AS call_start_ns, f.c.tid AS call_tid
+            SELECT g.* EXCLUDE (launch_call_id), a.call_id, a.start_ns AS call_start_ns, a.tid AS call_tid
             FROM gaps g
-            LEFT JOIN first_calls f ON f.rank = g.rank AND f.pid = g.pid AND f.correlation_id = g.correlation_id
+            LEFT JOIN first_ids f ON g.launch_call_id IS NULL AND f.rank = g.rank AND f.pid = g.pid
+                                 AND f.correlation_id = g.correlation_id
+            LEFT JOIN api_calls a ON a.rank = g.rank AND a.call_id = coalesce(g.launch_call_id, f.call_id)
         ),
         synced AS (
             -- the gaps during which the launching thread sat in a host-blocking call (a synchronize, a
