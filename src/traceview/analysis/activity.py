@@ -395,9 +395,10 @@ def _build_launch_queue_depth(con: duckdb.DuckDBPyConnection) -> None:
             SELECT rank, device_id, stream_id, done_ns, -1, NULL, NULL, NULL FROM queued WHERE ordered
         ),
         swept AS (
-            -- one unpartitioned order (sorted on every core; a stream-partitioned window sorts a hot stream on
-            -- one): a stream's deltas sum to zero, so the running sum restarts on its own at every stream, and
-            -- a stream's first event is a launch, which owns itself
+            -- one order, sorted on every core, then read in that order by a streaming window (an empty OVER
+            -- keeps the rows' order): half the time of an ordered window, which sorts and then evaluates each
+            -- function over the sorted partition. A stream's deltas sum to zero, so the running sum restarts on
+            -- its own at every stream, and a stream's first event is a launch, which owns itself
             SELECT *,
                    (sum(delta) OVER w)::BIGINT AS depth,
                    CASE WHEN lead(rank) OVER w = rank AND lead(device_id) OVER w IS NOT DISTINCT FROM device_id
@@ -406,8 +407,8 @@ def _build_launch_queue_depth(con: duckdb.DuckDBPyConnection) -> None:
                    -- the step of the latest launch so far owns the time until the next event
                    last_value(CASE WHEN delta >= 0 THEN struct_pack(step_id := step_id) END IGNORE NULLS) OVER w
                        AS owner
-            FROM events
-            WINDOW w AS (ORDER BY rank, device_id, stream_id, t, delta ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+            FROM (SELECT * FROM events ORDER BY rank, device_id, stream_id, t, delta)
+            WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
         )
         SELECT rank, device_id, stream_id, owner.step_id AS step_id,
                count(*) FILTER (WHERE delta = 1) AS launches,
