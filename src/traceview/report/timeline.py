@@ -30,6 +30,7 @@ MAX_MARKS = 4_000
 # whether kernels merge within one category only (coarse levels merge a lane's adjacent kernels of any category).
 LEVELS = ((0, True), (16_000, True), (8_000, True), (4_000, True), (2_000, True), (1_000, True),
           (4_000, False), (2_000, False), (1_000, False), (500, False), (250, False), (125, False))
+_END_OFFSET = 1 << 63  # shifts a BIGINT end into 0..2**64 - 1, below the lane packed above it
 BIN = 4  # a merged bar stays inside one bin of this many resolutions: sub-pixel work merges, visible work stays
 _FOCUS = re.compile(r"^\s*(?:(\d+)\s*:\s*)?(\d+)\s*$")
 
@@ -219,19 +220,32 @@ _AS_IS = f"""
     runs AS (SELECT *, seq AS run, NULL::BIGINT AS pos FROM laned),
     {_DRAWN}"""
 
-# Past the cap, the first merge level whose bars fit $max_marks (the last one if none does): one window pass
-# gives every mark its place on its lane and what it compares with, one scan counts the bars of every level,
-# and one running sum of the chosen level's `opens` numbers the bars. Both windows carry only the columns they
-# order and compare (a window materialises all it is given); the rest joins back, and `marks`/`laned` are
-# computed again per use (NOT MATERIALIZED), which is cheaper than storing millions of rows.
+# Past the cap, the first merge level whose bars fit $max_marks (the last one if none does): one sort and one
+# streaming pass give every mark its place on its lane and what it compares with, one scan counts the bars of
+# every level, and one running sum of the chosen level's `opens`, in the same order, numbers the bars. An
+# ordered window would sort and then walk the sorted rows once per function (2 M-kernel export: 2.7 s for the
+# two windows, 1.0 s sorted and streamed). Both passes carry only the columns they order and compare; the rest
+# joins back, and `marks`/`laned` are computed again per use (NOT MATERIALIZED), which is cheaper than storing
+# millions of rows.
 _MERGED = f"""
     WITH {_MARKS}, {_HELD},
-    ordered AS (
+    swept AS (  -- every lane's marks in order, read by streaming windows (an empty OVER keeps the sort's order):
+        -- the sort runs on every core, and each function is one step along the rows. The lags cross from one lane
+        -- into the next, but a lane's first mark has no prev_end_ns (below), so no reach, and opens a bar anyway
         SELECT lane, kind, seq, start_ns, grp, dur_ns, row_number() OVER w AS pos,
                lag(kind = 'kernel') OVER w AS prev_is_kernel, lag(grp) OVER w AS prev_grp,
                lag(dur_ns) OVER w AS prev_dur_ns, lag(start_ns) OVER w AS prev_start_ns,
-               max(end_ns) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-        FROM laned WINDOW w AS (PARTITION BY lane ORDER BY start_ns, seq)
+               -- the running max of (lane, end) packed in one integer: lanes come in order, so the max carries
+               -- the current lane once it holds a mark of it
+               max((lane::HUGEINT << 64) + end_ns + {_END_OFFSET}) OVER w AS lane_end
+        FROM (SELECT lane, kind, seq, start_ns, end_ns, grp, dur_ns FROM laned ORDER BY lane, start_ns, seq)
+        WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+    ),
+    ordered AS MATERIALIZED (  -- stored, so the comparisons below run on every core again
+        SELECT * EXCLUDE (lane_end, prev_lane_end),
+               CASE WHEN prev_lane_end >> 64 = lane
+                    THEN (prev_lane_end - (lane::HUGEINT << 64) - {_END_OFFSET})::BIGINT END AS prev_end_ns
+        FROM (SELECT *, lag(lane_end) OVER () AS prev_lane_end FROM swept)
     ),
     compared AS (  -- what every level compares, once: the groups (strings) and the largest of the three lengths
         SELECT lane, kind, seq, pos, grp = prev_grp AS same_group,
@@ -257,9 +271,10 @@ _MERGED = f"""
         SELECT coalesce(list_position(list_transform(bars, lambda b: b <= $max_marks), true), len(bars)) AS level
         FROM counts
     ),
-    merged AS (  -- a mark's bar: how many marks up to it on its lane open one at the chosen level
-        SELECT lane, is_kernel, seq, pos, sum((opens >> (level - 1)) & 1) OVER (PARTITION BY lane ORDER BY pos) AS run
-        FROM flagged, chosen
+    merged AS (  -- a mark's bar: how many marks up to it open one at the chosen level. Bars group the marks of
+        -- one lane, so one count over every lane in turn numbers them all
+        SELECT lane, is_kernel, seq, pos, sum((opens >> (level - 1)) & 1) OVER (ROWS UNBOUNDED PRECEDING) AS run
+        FROM (SELECT f.*, c.level FROM flagged f, chosen c ORDER BY f.pos)
     ),
     runs AS (  -- every mark has its bar; LEFT keeps the wide side probing and the narrow one in the hash table.
         -- A mark is (lane, seq) and whether it is a kernel (a stream lane also holds memops, whose ids are
