@@ -56,8 +56,8 @@ TABLES: dict[str, tuple[str, dict[str, str]]] = {
             "step_id": "the ending activity's step",
             "pid": "the ending activity's process",
             "correlation_id": "the ending activity's correlation id",
-            "call_id": "its launch call (api_calls.call_id, the earliest if the correlation id repeats); "
-                       "NULL when the trace has none",
+            "call_id": "its launch call: a kernel's kernels.launch_call_id; a memop's (or a kernel's with none "
+                       "linked) the earliest api_calls row of its correlation id; NULL when the trace has none",
             "call_start_ns": "when that launch call started on the host",
             "call_tid": "the thread that made the launch call",
             "cause": "unknown (no launch call in the trace), launch_overhead (the call started before the gap: "
