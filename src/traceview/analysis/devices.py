@@ -149,7 +149,7 @@ def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, in
                     "architecture = m.architecture, tensor_cores = m.tensor_cores FROM _matches m "
                     "WHERE _devices.rank = m.rank AND _devices.device_id = m.device_id")
     peaks = [(s.id, dtype, tflops * 1e12) for s in all_specs for dtype, tflops in s.peak_tflops.items()]
-    _create_table(con, "gpu_peaks", {"spec_id": "VARCHAR", "dtype": "VARCHAR", "peak_flops": "DOUBLE"}, peaks)
+    db.create_values_table(con, "gpu_peaks", {"spec_id": "VARCHAR", "dtype": "VARCHAR", "peak_flops": "DOUBLE"}, peaks)
     specs = {"spec_id": "VARCHAR", "name": "VARCHAR", "vendor": "VARCHAR", "architecture": "VARCHAR",
              "hbm_bytes_per_s": "DOUBLE", "memory_bytes": "BIGINT", "sm_count": "BIGINT", "l2_bytes": "BIGINT",
              "l2_bytes_per_s": "DOUBLE", "host_link": "VARCHAR", "host_link_bytes_per_s": "DOUBLE",
@@ -157,15 +157,10 @@ def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, in
     spec_rows = [(s.id, s.name, s.vendor, s.architecture, s.hbm_tbps * 1e12, s.memory_bytes, s.sm_count, s.l2_bytes,
                   s.l2_bytes_per_s, s.host_link and s.host_link.label, s.host_link and s.host_link.bytes_per_s,
                   s.gpu_link and s.gpu_link.label, s.gpu_link and s.gpu_link.bytes_per_s) for s in all_specs]
-    _create_table(con, "gpu_specs", specs, spec_rows)
+    db.create_values_table(con, "gpu_specs", specs, spec_rows)
     classes = load_architectures()[0]
     covers = [(c.id, s.id) for c in classes for s in all_specs if s.architecture in c.covers]
-    _create_table(con, "architecture_specs", {"architecture": "VARCHAR", "spec_id": "VARCHAR"}, covers)
-
-
-def _create_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: list[tuple]) -> None:
-    sql, params = db.values_sql(columns, rows)
-    con.execute(f"CREATE OR REPLACE TABLE {name} AS {sql}", params)
+    db.create_values_table(con, "architecture_specs", {"architecture": "VARCHAR", "spec_id": "VARCHAR"}, covers)
 
 
 # ----------------------------------------------------------------------------- device-id mapping

@@ -480,16 +480,17 @@ def _gemm_tiles_sql(patterns: TrainingPatterns) -> tuple[str, dict[str, str]]:
     return sql, params
 
 
-def _user_mapping_sql() -> str:
-    """Per step, the phases the user's kernel-name patterns (`--phase-kernel decode=REGEX`, table `_phase_map`)
-    point to."""
-    return """
+def _user_mapping_sql(phase_kernels: tuple[tuple[str, str], ...]) -> tuple[str, dict[str, list]]:
+    """Per step, the phases the user's kernel-name patterns point to (`--phase-kernel decode=REGEX`), and the
+    statement's parameters that carry the patterns."""
+    phase_map, params = db.values_sql({"phase": "VARCHAR", "pattern": "VARCHAR"}, list(phase_kernels))
+    return f"""
         SELECT p.rank, p.step_id,
                CASE WHEN count(DISTINCT m.phase) > 1 THEN 'mixed' ELSE any_value(m.phase) END AS user_phase
         FROM _phase_kernels p JOIN kernels k USING (rank, kernel_id)
-        JOIN _phase_map m ON regexp_matches(k.name, m.pattern)
+        JOIN ({phase_map}) m ON regexp_matches(k.name, m.pattern)
         GROUP BY ALL
-    """
+    """, params
 
 
 def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
@@ -511,154 +512,155 @@ def _build_steps(con: duckdb.DuckDBPyConnection, phase_kernels: tuple[tuple[str,
                          ("rank", "step_id"))
     role_busy = busy_time_sql("SELECT rank, step_id, train_role, start_ns, end_ns FROM _step_work",
                               ("rank", "step_id", "train_role"))
-    with db.values_table(con, "_phase_map", {"phase": "VARCHAR", "pattern": "VARCHAR"}, list(phase_kernels)):
-        con.execute(
-            f"""
-            CREATE OR REPLACE TABLE steps AS
-            WITH work AS (
-                SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
-                       count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
-                       count(*) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention,
-                       count(*) FILTER (WHERE attention_phase_hint = 'prefill') AS prefill_attention,
-                       sum(k.dur_ns) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention_ns,
-                       sum(k.dur_ns) FILTER (WHERE k.category = 'gemm') AS gemm_ns,
-                       sum(k.dur_ns) FILTER (WHERE k.tile = 'small') AS gemm_small_tile_ns,
-                       sum(k.dur_ns) FILTER (WHERE k.tile = 'large') AS gemm_large_tile_ns
-                FROM _phase_kernels k
-                GROUP BY ALL
-            ),
-            memwork AS (
-                SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
-                FROM _phase_memops GROUP BY ALL
-            ),
-            roles AS (
-                SELECT rank, step_id,
-                       count(*) FILTER (WHERE train_role = 'backward') AS backward_work,
-                       count(*) FILTER (WHERE train_role = 'optimizer') AS optimizer_work,
-                       count(*) FILTER (WHERE train_role = 'other') AS other_work
-                FROM _step_work GROUP BY ALL
-            ),
-            busy_by_role AS ({role_busy}),
-            role_busy AS (
-                SELECT rank, step_id,
-                       max(busy_ns) FILTER (WHERE train_role = 'backward') AS backward_ns,
-                       max(busy_ns) FILTER (WHERE train_role = 'optimizer') AS optimizer_ns,
-                       max(busy_ns) FILTER (WHERE train_role = 'other') AS other_ns
-                FROM busy_by_role GROUP BY ALL
-            ),
-            -- a step whose work has one role is as busy as that role; only mixed steps merge their roles again
-            mixed_roles AS (
-                SELECT rank, step_id FROM roles
-                WHERE (backward_work > 0)::INT + (optimizer_work > 0)::INT + (other_work > 0)::INT > 1
-            ),
-            busy AS (
-                SELECT rank, step_id, busy_ns FROM busy_by_role ANTI JOIN mixed_roles USING (rank, step_id)
-                UNION ALL
-                SELECT rank, step_id, busy_ns FROM ({busy})
-            ),
-            shapes AS ({shapes}),
-            mapped AS ({_user_mapping_sql()}),
-            joined AS (
-                SELECT w.*, coalesce(k.kernels, 0) AS kernels, coalesce(m.memops, 0) AS memops,
-                       -- the earlier start and the later end of kernels and memops; a kind with no work (NULL) drops out
-                       CASE WHEN m.lo IS NULL THEN k.gpu_start_ns WHEN k.gpu_start_ns IS NULL THEN m.lo
-                            WHEN m.lo < k.gpu_start_ns THEN m.lo ELSE k.gpu_start_ns END AS gpu_start_ns,
-                       CASE WHEN m.hi IS NULL THEN k.gpu_end_ns WHEN k.gpu_end_ns IS NULL THEN m.hi
-                            WHEN m.hi > k.gpu_end_ns THEN m.hi ELSE k.gpu_end_ns END AS gpu_end_ns,
-                       coalesce(k.graph_kernels, 0) AS graph_kernels,
-                       coalesce(k.decode_attention, 0) AS decode_attention,
-                       coalesce(k.prefill_attention, 0) AS prefill_attention,
-                       k.decode_attention_ns, k.gemm_ns, k.gemm_small_tile_ns, k.gemm_large_tile_ns,
-                       coalesce(r.backward_work, 0) AS backward_work, coalesce(r.optimizer_work, 0) AS optimizer_work,
-                       coalesce(r.other_work, 0) AS other_work, rb.backward_ns, rb.optimizer_ns, rb.other_ns,
-                       sh.min_seq_len, sh.max_seq_len, mp.user_phase,
-                       coalesce(b.busy_ns, 0) AS gpu_time_ns
-                FROM _numbered_windows w
-                LEFT JOIN work k USING (rank, step_id)
-                LEFT JOIN memwork m USING (rank, step_id)
-                LEFT JOIN roles r USING (rank, step_id)
-                LEFT JOIN role_busy rb USING (rank, step_id)
-                LEFT JOIN busy b USING (rank, step_id)
-                LEFT JOIN shapes sh USING (rank, step_id)
-                LEFT JOIN mapped mp USING (rank, step_id)
-            ),
-            rank_shape AS (
-                SELECT rank,
-                       count(*) FILTER (WHERE kernels > 0 AND graph_kernels > 0) AS graph_steps,
-                       count(*) FILTER (WHERE kernels > 0 AND graph_kernels = 0) AS eager_steps
-                FROM joined WHERE phase IS NULL GROUP BY rank
-            ),
-            decided AS (
-                SELECT j.*,
-                    CASE
-                        WHEN j.backward_work > 0 AND j.optimizer_work > 0
-                            THEN struct_pack(p := 'train', s := 'training:backward+optimizer', c := 0.95)
-                        WHEN j.backward_work > 0 THEN struct_pack(p := 'train', s := 'training:backward', c := 0.95)
-                        WHEN j.optimizer_work > 0 THEN struct_pack(p := 'train', s := 'training:optimizer', c := 0.85)
-                        WHEN j.phase IS NOT NULL THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
-                        WHEN j.kernels = 0 AND j.memops = 0 THEN struct_pack(p := 'empty', s := 'no_gpu_work', c := 1.0)
-                        WHEN j.user_phase IS NOT NULL THEN struct_pack(p := j.user_phase, s := 'user_mapping', c := 0.9)
-                        WHEN j.min_seq_len > 1 THEN struct_pack(p := 'prefill', s := 'input_shapes', c := 0.8)
-                        WHEN j.max_seq_len = 1 THEN struct_pack(p := 'decode', s := 'input_shapes', c := 0.8)
-                        -- resolved below from GEMM tiles and the trace's decode steps
-                        WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := NULL, s := 'attention_kernels', c := NULL)
-                        WHEN j.decode_attention > 0 THEN struct_pack(p := 'decode', s := 'attention_kernels', c := 0.8)
-                        WHEN j.prefill_attention > 0 THEN struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.8)
-                        WHEN j.graph_kernels > 0 AND r.eager_steps > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.7)
-                        WHEN j.graph_kernels > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.6)
-                        WHEN j.kernels > 0 AND r.graph_steps > 0 THEN struct_pack(p := 'prefill', s := 'eager_vs_graph', c := 0.7)
-                        ELSE struct_pack(p := 'unknown', s := 'no_evidence', c := 0.0)
-                    END AS verdict
-                FROM joined j LEFT JOIN rank_shape r USING (rank)
-            ),
-            decode_reference AS (
-                -- the rank's steady-state decode steps: their GEMM time and decode-attention time per launch
-                SELECT rank, median(gemm_ns) AS decode_gemm_ns,
-                       median(decode_attention_ns / decode_attention) FILTER (WHERE decode_attention > 0)
-                           AS decode_attention_launch_ns
-                FROM decided WHERE verdict.p = 'decode' GROUP BY rank
-            ),
-            evidence AS (
-                SELECT d.*,
-                       d.gemm_large_tile_ns > 0 AND (d.gemm_small_tile_ns IS NULL OR d.gemm_large_tile_ns > d.gemm_small_tile_ns)
-                           AS large_tiles,
-                       d.gemm_small_tile_ns > 0 AND (d.gemm_large_tile_ns IS NULL OR d.gemm_small_tile_ns > d.gemm_large_tile_ns)
-                           AS small_tiles,
-                       d.gemm_ns > 2 * ref.decode_gemm_ns AS gemm_above_decode,
-                       d.decode_attention_ns >= 0.5 * d.decode_attention * ref.decode_attention_launch_ns AS decode_work
-                FROM decided d LEFT JOIN decode_reference ref USING (rank)
-            ),
-            resolved AS (
-                SELECT *,
-                    CASE
-                        WHEN verdict.p IS NOT NULL THEN verdict
-                        WHEN (large_tiles OR gemm_above_decode) AND decode_work
-                            THEN struct_pack(p := 'mixed', s := 'attention_kernels+decode_work', c := 0.6)
-                        WHEN large_tiles THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_tiles', c := 0.6)
-                        WHEN gemm_above_decode THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_time', c := 0.6)
-                        WHEN small_tiles THEN struct_pack(p := 'decode', s := 'attention_kernels+gemm_tiles', c := 0.5)
-                        -- a prefill-only kernel ran; the decode kernel alone proves no decode tokens
-                        ELSE struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.4)
-                    END AS final
-                FROM evidence
-            )
-            SELECT rank, step_id, final.p AS phase, final.s AS phase_source, final.c AS confidence,
-                   -- the window widened to its GPU work; a step with no GPU work keeps its window
-                   CASE WHEN gpu_start_ns IS NULL OR start_ns < gpu_start_ns THEN start_ns ELSE gpu_start_ns END AS start_ns,
-                   CASE WHEN gpu_end_ns IS NULL OR end_ns > gpu_end_ns THEN end_ns ELSE gpu_end_ns END AS end_ns,
-                   gpu_time_ns, kernels, prefill_tokens, decode_tokens, prefill_requests, decode_requests,
-                   prefill_context_tokens, decode_context_tokens,
-                   name, source AS step_source, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns,
-                   gpu_start_ns, gpu_end_ns, graph_kernels, memops,
-                   -- GPU busy time by training role; forward is the rest of a step whose backward is known
-                   CASE WHEN final.p = 'train' AND backward_work > 0
-                        THEN CASE WHEN other_work > 0 THEN other_ns ELSE 0 END END AS train_forward_ns,
-                   CASE WHEN final.p = 'train' AND backward_work > 0 THEN backward_ns END AS train_backward_ns,
-                   CASE WHEN final.p = 'train' AND optimizer_work > 0 THEN optimizer_ns END AS train_optimizer_ns
-            FROM resolved
-            ORDER BY rank, step_id
-            """
+    mapped, params = _user_mapping_sql(phase_kernels)
+    con.execute(
+        f"""
+        CREATE OR REPLACE TABLE steps AS
+        WITH work AS (
+            SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
+                   count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
+                   count(*) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention,
+                   count(*) FILTER (WHERE attention_phase_hint = 'prefill') AS prefill_attention,
+                   sum(k.dur_ns) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention_ns,
+                   sum(k.dur_ns) FILTER (WHERE k.category = 'gemm') AS gemm_ns,
+                   sum(k.dur_ns) FILTER (WHERE k.tile = 'small') AS gemm_small_tile_ns,
+                   sum(k.dur_ns) FILTER (WHERE k.tile = 'large') AS gemm_large_tile_ns
+            FROM _phase_kernels k
+            GROUP BY ALL
+        ),
+        memwork AS (
+            SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
+            FROM _phase_memops GROUP BY ALL
+        ),
+        roles AS (
+            SELECT rank, step_id,
+                   count(*) FILTER (WHERE train_role = 'backward') AS backward_work,
+                   count(*) FILTER (WHERE train_role = 'optimizer') AS optimizer_work,
+                   count(*) FILTER (WHERE train_role = 'other') AS other_work
+            FROM _step_work GROUP BY ALL
+        ),
+        busy_by_role AS ({role_busy}),
+        role_busy AS (
+            SELECT rank, step_id,
+                   max(busy_ns) FILTER (WHERE train_role = 'backward') AS backward_ns,
+                   max(busy_ns) FILTER (WHERE train_role = 'optimizer') AS optimizer_ns,
+                   max(busy_ns) FILTER (WHERE train_role = 'other') AS other_ns
+            FROM busy_by_role GROUP BY ALL
+        ),
+        -- a step whose work has one role is as busy as that role; only mixed steps merge their roles again
+        mixed_roles AS (
+            SELECT rank, step_id FROM roles
+            WHERE (backward_work > 0)::INT + (optimizer_work > 0)::INT + (other_work > 0)::INT > 1
+        ),
+        busy AS (
+            SELECT rank, step_id, busy_ns FROM busy_by_role ANTI JOIN mixed_roles USING (rank, step_id)
+            UNION ALL
+            SELECT rank, step_id, busy_ns FROM ({busy})
+        ),
+        shapes AS ({shapes}),
+        mapped AS ({mapped}),
+        joined AS (
+            SELECT w.*, coalesce(k.kernels, 0) AS kernels, coalesce(m.memops, 0) AS memops,
+                   -- the earlier start and the later end of kernels and memops; a kind with no work (NULL) drops out
+                   CASE WHEN m.lo IS NULL THEN k.gpu_start_ns WHEN k.gpu_start_ns IS NULL THEN m.lo
+                        WHEN m.lo < k.gpu_start_ns THEN m.lo ELSE k.gpu_start_ns END AS gpu_start_ns,
+                   CASE WHEN m.hi IS NULL THEN k.gpu_end_ns WHEN k.gpu_end_ns IS NULL THEN m.hi
+                        WHEN m.hi > k.gpu_end_ns THEN m.hi ELSE k.gpu_end_ns END AS gpu_end_ns,
+                   coalesce(k.graph_kernels, 0) AS graph_kernels,
+                   coalesce(k.decode_attention, 0) AS decode_attention,
+                   coalesce(k.prefill_attention, 0) AS prefill_attention,
+                   k.decode_attention_ns, k.gemm_ns, k.gemm_small_tile_ns, k.gemm_large_tile_ns,
+                   coalesce(r.backward_work, 0) AS backward_work, coalesce(r.optimizer_work, 0) AS optimizer_work,
+                   coalesce(r.other_work, 0) AS other_work, rb.backward_ns, rb.optimizer_ns, rb.other_ns,
+                   sh.min_seq_len, sh.max_seq_len, mp.user_phase,
+                   coalesce(b.busy_ns, 0) AS gpu_time_ns
+            FROM _numbered_windows w
+            LEFT JOIN work k USING (rank, step_id)
+            LEFT JOIN memwork m USING (rank, step_id)
+            LEFT JOIN roles r USING (rank, step_id)
+            LEFT JOIN role_busy rb USING (rank, step_id)
+            LEFT JOIN busy b USING (rank, step_id)
+            LEFT JOIN shapes sh USING (rank, step_id)
+            LEFT JOIN mapped mp USING (rank, step_id)
+        ),
+        rank_shape AS (
+            SELECT rank,
+                   count(*) FILTER (WHERE kernels > 0 AND graph_kernels > 0) AS graph_steps,
+                   count(*) FILTER (WHERE kernels > 0 AND graph_kernels = 0) AS eager_steps
+            FROM joined WHERE phase IS NULL GROUP BY rank
+        ),
+        decided AS (
+            SELECT j.*,
+                CASE
+                    WHEN j.backward_work > 0 AND j.optimizer_work > 0
+                        THEN struct_pack(p := 'train', s := 'training:backward+optimizer', c := 0.95)
+                    WHEN j.backward_work > 0 THEN struct_pack(p := 'train', s := 'training:backward', c := 0.95)
+                    WHEN j.optimizer_work > 0 THEN struct_pack(p := 'train', s := 'training:optimizer', c := 0.85)
+                    WHEN j.phase IS NOT NULL THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
+                    WHEN j.kernels = 0 AND j.memops = 0 THEN struct_pack(p := 'empty', s := 'no_gpu_work', c := 1.0)
+                    WHEN j.user_phase IS NOT NULL THEN struct_pack(p := j.user_phase, s := 'user_mapping', c := 0.9)
+                    WHEN j.min_seq_len > 1 THEN struct_pack(p := 'prefill', s := 'input_shapes', c := 0.8)
+                    WHEN j.max_seq_len = 1 THEN struct_pack(p := 'decode', s := 'input_shapes', c := 0.8)
+                    -- resolved below from GEMM tiles and the trace's decode steps
+                    WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := NULL, s := 'attention_kernels', c := NULL)
+                    WHEN j.decode_attention > 0 THEN struct_pack(p := 'decode', s := 'attention_kernels', c := 0.8)
+                    WHEN j.prefill_attention > 0 THEN struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.8)
+                    WHEN j.graph_kernels > 0 AND r.eager_steps > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.7)
+                    WHEN j.graph_kernels > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.6)
+                    WHEN j.kernels > 0 AND r.graph_steps > 0 THEN struct_pack(p := 'prefill', s := 'eager_vs_graph', c := 0.7)
+                    ELSE struct_pack(p := 'unknown', s := 'no_evidence', c := 0.0)
+                END AS verdict
+            FROM joined j LEFT JOIN rank_shape r USING (rank)
+        ),
+        decode_reference AS (
+            -- the rank's steady-state decode steps: their GEMM time and decode-attention time per launch
+            SELECT rank, median(gemm_ns) AS decode_gemm_ns,
+                   median(decode_attention_ns / decode_attention) FILTER (WHERE decode_attention > 0)
+                       AS decode_attention_launch_ns
+            FROM decided WHERE verdict.p = 'decode' GROUP BY rank
+        ),
+        evidence AS (
+            SELECT d.*,
+                   d.gemm_large_tile_ns > 0 AND (d.gemm_small_tile_ns IS NULL OR d.gemm_large_tile_ns > d.gemm_small_tile_ns)
+                       AS large_tiles,
+                   d.gemm_small_tile_ns > 0 AND (d.gemm_large_tile_ns IS NULL OR d.gemm_small_tile_ns > d.gemm_large_tile_ns)
+                       AS small_tiles,
+                   d.gemm_ns > 2 * ref.decode_gemm_ns AS gemm_above_decode,
+                   d.decode_attention_ns >= 0.5 * d.decode_attention * ref.decode_attention_launch_ns AS decode_work
+            FROM decided d LEFT JOIN decode_reference ref USING (rank)
+        ),
+        resolved AS (
+            SELECT *,
+                CASE
+                    WHEN verdict.p IS NOT NULL THEN verdict
+                    WHEN (large_tiles OR gemm_above_decode) AND decode_work
+                        THEN struct_pack(p := 'mixed', s := 'attention_kernels+decode_work', c := 0.6)
+                    WHEN large_tiles THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_tiles', c := 0.6)
+                    WHEN gemm_above_decode THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_time', c := 0.6)
+                    WHEN small_tiles THEN struct_pack(p := 'decode', s := 'attention_kernels+gemm_tiles', c := 0.5)
+                    -- a prefill-only kernel ran; the decode kernel alone proves no decode tokens
+                    ELSE struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.4)
+                END AS final
+            FROM evidence
         )
+        SELECT rank, step_id, final.p AS phase, final.s AS phase_source, final.c AS confidence,
+               -- the window widened to its GPU work; a step with no GPU work keeps its window
+               CASE WHEN gpu_start_ns IS NULL OR start_ns < gpu_start_ns THEN start_ns ELSE gpu_start_ns END AS start_ns,
+               CASE WHEN gpu_end_ns IS NULL OR end_ns > gpu_end_ns THEN end_ns ELSE gpu_end_ns END AS end_ns,
+               gpu_time_ns, kernels, prefill_tokens, decode_tokens, prefill_requests, decode_requests,
+               prefill_context_tokens, decode_context_tokens,
+               name, source AS step_source, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns,
+               gpu_start_ns, gpu_end_ns, graph_kernels, memops,
+               -- GPU busy time by training role; forward is the rest of a step whose backward is known
+               CASE WHEN final.p = 'train' AND backward_work > 0
+                    THEN CASE WHEN other_work > 0 THEN other_ns ELSE 0 END END AS train_forward_ns,
+               CASE WHEN final.p = 'train' AND backward_work > 0 THEN backward_ns END AS train_backward_ns,
+               CASE WHEN final.p = 'train' AND optimizer_work > 0 THEN optimizer_ns END AS train_optimizer_ns
+        FROM resolved
+        ORDER BY rank, step_id
+        """,
+        params,
+    )
 
 
 def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None, gap_ns: int = DEFAULT_GAP_NS,

@@ -191,12 +191,18 @@ def values_sql(columns: dict[str, str], rows: list[tuple]) -> tuple[str, dict[st
     return f"SELECT {selects}", {f"c{i}": values for i, values in enumerate(lists)}
 
 
+def create_values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: list[tuple],
+                        temporary: bool = False) -> None:
+    """values_sql stored as the table `name` (the hardware spec tables)."""
+    sql, params = values_sql(columns, rows)
+    con.execute(f"CREATE OR REPLACE {'TEMP ' if temporary else ''}TABLE {name} AS {sql}", params)
+
+
 @contextmanager
 def values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str],
                  rows: list[tuple]) -> Iterator[str]:
     """values_sql as the TEMP table `name`, dropped on leaving (for statements that join it)."""
-    sql, params = values_sql(columns, rows)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params)
+    create_values_table(con, name, columns, rows, temporary=True)
     try:
         yield name
     finally:
