@@ -324,3 +324,31 @@ def test_timeline_draws_in_headless_chromium(path: Path, focus: FocusStep | None
         assert rects == bars[name] > 100, name
     result = run_chromium(chromium, target, "--dump-dom")
     assert console_problems(result.stderr) == []
+
+
+@requires_shared
+def test_each_mark_sees_the_latest_end_before_it_on_its_own_lane_only() -> None:
+    """The merge's one sorted, streamed pass packs each lane's running max of ends with the lane; on a real
+    training step (11 k marks on host, idle and stream lanes) it equals a window partitioned by lane, and the
+    order it numbers is the lane's start order."""
+    trace = traceview.load(BOLONGCHENG_OPT).analyze()
+    step = next(s for s in timeline._chosen(trace.con, None) if s["kernels"] + s["memops"] > 0)
+    streamed = f"WITH {timeline._MARKS}, {timeline._ORDERED} SELECT lane, kind, seq, pos, prev_end_ns FROM ordered"
+    partitioned = f"""
+        WITH {timeline._MARKS}
+        SELECT lane, kind, seq,
+               max(end_ns) OVER (PARTITION BY lane ORDER BY start_ns, seq
+                                 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns,
+               row_number() OVER (PARTITION BY lane ORDER BY start_ns, seq) AS lane_pos
+        FROM laned"""
+    params = {"rank": step["rank"], "step_id": step["step_id"]}
+    compared = trace.con.execute(f"""
+        SELECT count(*), count(DISTINCT s.lane), count(*) FILTER (WHERE s.prev_end_ns IS NULL),
+               count(*) FILTER (WHERE s.prev_end_ns IS DISTINCT FROM p.prev_end_ns),
+               count(*) FILTER (WHERE s.lane_rank IS DISTINCT FROM p.lane_pos)
+        FROM (SELECT *, row_number() OVER (PARTITION BY lane ORDER BY pos) AS lane_rank FROM ({streamed})) s
+        JOIN ({partitioned}) p USING (lane, kind, seq)""", params).fetchone()
+    marks, lanes, firsts, wrong_ends, wrong_order = compared
+    assert marks > timeline.MAX_MARKS and lanes >= 3
+    assert firsts == lanes  # only each lane's first mark has nothing before it
+    assert (wrong_ends, wrong_order) == (0, 0)

@@ -220,15 +220,10 @@ _AS_IS = f"""
     runs AS (SELECT *, seq AS run, NULL::BIGINT AS pos FROM laned),
     {_DRAWN}"""
 
-# Past the cap, the first merge level whose bars fit $max_marks (the last one if none does): one sort and one
-# streaming pass give every mark its place on its lane and what it compares with, one scan counts the bars of
-# every level, and one running sum of the chosen level's `opens`, in the same order, numbers the bars. An
-# ordered window would sort and then walk the sorted rows once per function (2 M-kernel export: 2.7 s for the
-# two windows, 1.0 s sorted and streamed). Both passes carry only the columns they order and compare; the rest
-# joins back, and `marks`/`laned` are computed again per use (NOT MATERIALIZED), which is cheaper than storing
-# millions of rows.
-_MERGED = f"""
-    WITH {_MARKS}, {_HELD},
+# Every mark of the step in its lane's order (`pos`, increasing along each lane) with the kind, group, duration and
+# start of the mark before it, and the latest end of the marks before it on its lane (`prev_end_ns`). A lane's
+# first mark sees the previous lane's last in the lags; its prev_end_ns is NULL, which is what tells.
+_ORDERED = f"""
     swept AS (  -- every lane's marks in order, read by streaming windows (an empty OVER keeps the sort's order):
         -- the sort runs on every core, and each function is one step along the rows. The lags cross from one lane
         -- into the next, but a lane's first mark has no prev_end_ns (below), so no reach, and opens a bar anyway
@@ -246,7 +241,18 @@ _MERGED = f"""
                CASE WHEN prev_lane_end >> 64 = lane
                     THEN (prev_lane_end - (lane::HUGEINT << 64) - {_END_OFFSET})::BIGINT END AS prev_end_ns
         FROM (SELECT *, lag(lane_end) OVER () AS prev_lane_end FROM swept)
-    ),
+    )"""
+
+# Past the cap, the first merge level whose bars fit $max_marks (the last one if none does): one sort and one
+# streaming pass give every mark its place on its lane and what it compares with, one scan counts the bars of
+# every level, and one running sum of the chosen level's `opens`, in the same order, numbers the bars. An
+# ordered window would sort and then walk the sorted rows once per function (2 M-kernel export: 2.7 s for the
+# two windows, 1.0 s sorted and streamed). Both passes carry only the columns they order and compare; the rest
+# joins back, and `marks`/`laned` are computed again per use (NOT MATERIALIZED), which is cheaper than storing
+# millions of rows.
+_MERGED = f"""
+    WITH {_MARKS}, {_HELD},
+    {_ORDERED},
     compared AS (  -- what every level compares, once: the groups (strings) and the largest of the three lengths
         SELECT lane, kind, seq, pos, grp = prev_grp AS same_group,
                CASE WHEN kind = 'kernel' THEN 'kernel' ELSE grp END
