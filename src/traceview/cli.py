@@ -671,7 +671,7 @@ def main() -> None:
     Once the command is done the process leaves without tearing the interpreter down: every file is written
     and closed, every trace's database closed and every worker joined by then, and unloading DuckDB, altair's
     modules and the report's objects one by one cost the sample report 0.05 s of its 1 s."""
-    code = _run()
+    code = run()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -680,9 +680,10 @@ def main() -> None:
     os._exit(code)
 
 
-def _run() -> int:
-    """The command's exit code."""
-    debug = "--debug" in sys.argv[1:]
+def run(args: list[str] | None = None) -> int:
+    """Run one command line (`args`, else the process's own) and return its exit code, never raising: the
+    whole command as `main` runs it, short of leaving the process (so tests can run it in theirs)."""
+    debug = "--debug" in (sys.argv[1:] if args is None else args)
     interrupts = []
 
     def interrupt(signum, frame):
@@ -691,7 +692,7 @@ def _run() -> int:
 
     signal.signal(signal.SIGINT, interrupt)
     try:
-        cli.main(standalone_mode=False)
+        cli.main(args=args, standalone_mode=False)
         return 0
     except SystemExit as exc:  # a command's own exit code (1: findings at --fail-on)
         if exc.code is None or isinstance(exc.code, int):

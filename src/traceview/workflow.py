@@ -88,30 +88,42 @@ def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSumma
     return write_chrome_trace(trace.con, findings, target, version=__version__)
 
 
-def report_for(path: Path, options: CheckOptions) -> dict[str, Any]:
-    """A side of a diff: a saved JSON report as it is, or a trace analysed, checked and reported now."""
-    if path.is_file() and path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            data = None
-        if isinstance(data, dict) and data.get("generator", {}).get("name") == "traceview":
-            if data.get("schema_version") != SCHEMA_VERSION:
-                raise TraceviewError(f"{path}: report schema_version {data.get('schema_version')} is not {SCHEMA_VERSION}")
-            return data
+def saved_report(path: Path) -> dict[str, Any] | None:
+    """The JSON report `traceview report` saved at `path`, or None where `path` is not one (a trace)."""
+    if not (path.is_file() and path.suffix == ".json"):
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    if not (isinstance(data, dict) and data.get("generator", {}).get("name") == "traceview"):
+        return None
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise TraceviewError(f"{path}: report schema_version {data.get('schema_version')} is not {SCHEMA_VERSION}")
+    return data
+
+
+def _trace_report(path: Path, options: CheckOptions) -> dict[str, Any]:
     with api.load(path) as trace:
         return report(trace, options)
 
 
 def reports_for(paths: list[Path], options: CheckOptions, jobs: int = 1) -> list[dict[str, Any]]:
-    """`report_for` of each path, in order, in up to `jobs` worker processes (the runs of a diff are
-    independent, and analysing each is most of a diff's time)."""
-    if jobs <= 1 or len(paths) <= 1:
-        return [report_for(path, options) for path in paths]
-    from concurrent.futures import ProcessPoolExecutor
+    """The sides of a diff, in order: each saved JSON report as it is, each trace analysed, checked and reported,
+    the traces in up to `jobs` worker processes (the runs are independent, and analysing each is most of a diff's
+    time)."""
+    reports = [saved_report(path) for path in paths]
+    traces = [i for i, data in enumerate(reports) if data is None]
+    if jobs <= 1 or len(traces) <= 1:
+        analysed = [_trace_report(paths[i], options) for i in traces]
+    else:
+        from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=min(jobs, len(paths))) as pool:
-        return list(pool.map(report_for, paths, [options] * len(paths)))
+        with ProcessPoolExecutor(max_workers=min(jobs, len(traces))) as pool:
+            analysed = list(pool.map(_trace_report, [paths[i] for i in traces], [options] * len(traces)))
+    for i, data in zip(traces, analysed):
+        reports[i] = data
+    return reports
 
 
 def query(trace: api.Trace, sql: str, *, nested_as_json: bool = False) -> pl.DataFrame:

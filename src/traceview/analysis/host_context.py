@@ -139,7 +139,7 @@ def build_host_context(con: duckdb.DuckDBPyConnection) -> None:
     """)
     con.execute(f"CREATE OR REPLACE TEMP TABLE _range_context AS {_range_context_sql()}")
     con.execute(f"CREATE OR REPLACE TEMP TABLE _call_context AS {_host_call_sql()}")
-    con.execute(f"""
+    con.execute("""
         CREATE OR REPLACE TABLE idle_gap_context AS
         SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.step_id, g.idle_kind, g.next_op,
                g.launch_call_id, l.name AS launch_call,
