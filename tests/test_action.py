@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, built_once
 import traceview
 from traceview import workflow
 from traceview.report import REPORT
@@ -44,24 +44,24 @@ class ActionRun:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> Runs:
-    """Three runs of each side as Kineto traces, and each as the JSON report `traceview report` would write."""
-    directory = tmp_path_factory.mktemp("action-runs")
-    options = workflow.CheckOptions.configured()
-    traces: dict[str, list[Path]] = {}
-    reports: dict[str, list[Path]] = {}
-    for side, (seed, change_pct) in SIDES.items():
-        specs = serving_runs(RUNS_A_SIDE, seed=seed, change_pct=change_pct, decode_steps=8)
-        traces[side] = [write_kineto(spec, directory / f"{side}{run}.pt.trace.json.gz") for run, spec in enumerate(specs)]
-        reports[side] = []
-        for trace in traces[side]:
-            with traceview.load(trace) as loaded:
-                report = REPORT["json"].render(workflow.report(loaded, options))
-            path = trace.with_name(trace.name.replace(".pt.trace.json.gz", ".report.json"))
-            path.write_text(report, encoding="utf-8")
-            reports[side].append(path)
-    decode_steps = llm_serving_truth(specs[0])["steps_by_phase"]["decode"]
-    return Runs(directory, traces, reports, decode_steps)
+def runs() -> Runs:
+    """Three runs of each side as Kineto traces, and each as the JSON report `traceview report` would write;
+    written once a session."""
+    def build(directory: Path) -> None:
+        directory.mkdir()
+        options = workflow.CheckOptions.configured()
+        for side, (seed, change_pct) in SIDES.items():
+            for run, spec in enumerate(serving_runs(RUNS_A_SIDE, seed=seed, change_pct=change_pct, decode_steps=8)):
+                trace = write_kineto(spec, directory / f"{side}{run}.pt.trace.json.gz")
+                with traceview.load(trace) as loaded:
+                    report = REPORT["json"].render(workflow.report(loaded, options))
+                trace.with_name(f"{side}{run}.report.json").write_text(report, encoding="utf-8")
+
+    directory = built_once("action-runs", build)
+    traces = {side: [directory / f"{side}{run}.pt.trace.json.gz" for run in range(RUNS_A_SIDE)] for side in SIDES}
+    reports = {side: [directory / f"{side}{run}.report.json" for run in range(RUNS_A_SIDE)] for side in SIDES}
+    specs = serving_runs(RUNS_A_SIDE, seed=SIDES["base"][0], change_pct=SIDES["base"][1], decode_steps=8)
+    return Runs(directory, traces, reports, llm_serving_truth(specs[0])["steps_by_phase"]["decode"])
 
 
 def run_action(tmp_path: Path, cwd: Path, interpreter: Path | None = None, **inputs: str) -> ActionRun:

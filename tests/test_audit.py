@@ -3,34 +3,36 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import shutil
+import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from conftest import DLRM_DIR, SHARED_TRACES, requires_shared
+import pytest
+
+from commands import traceview_process
+from conftest import DLRM_DIR, SHARED_TRACES, corpus_audit, requires_shared
 from traceview.testing import llm_serving_spec, write_kineto, write_nsys
 
 BOLONGCHENG_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite"
 
 
 def audit(*args: object, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", "audit", *map(str, args)], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
+    """A real process: audit's --jobs runs worker processes, which the tests' own process must not fork."""
+    return traceview_process("audit", *args, env=env)
 
 
 @requires_shared
-def test_audit_of_the_shared_traces(tmp_path: Path) -> None:
-    result = audit(SHARED_TRACES, "--jobs", "2", "--json", tmp_path / "a.json", "--junit", tmp_path / "a.xml")
-    document = json.loads((tmp_path / "a.json").read_text())
+@pytest.mark.slow(seconds=70)
+def test_audit_of_the_shared_traces() -> None:
+    audited = corpus_audit()
+    document = json.loads(audited.json)
     files = [p for p in SHARED_TRACES.rglob("*") if p.is_file() and DLRM_DIR not in p.parents]
     assert document["skipped"] == [str(SHARED_TRACES / "README.md")]  # walked past: not a trace, not an error
     assert document["traces"] == len(files) - 1 + 1  # every trace file, plus the 8-rank job as one target
     assert [r for r in document["rows"] if r["status"] == "error"] == []
-    assert result.returncode == document["exit_code"] == (1 if document["findings"]["error"] else 0)
-    suites = ET.parse(tmp_path / "a.xml").getroot()
+    assert audited.returncode == document["exit_code"] == (1 if document["findings"]["error"] else 0)
+    suites = ET.fromstring(audited.junit)
     cases = suites.findall("testsuite/testcase")
     assert int(suites.get("tests")) == len(cases)
     assert int(suites.get("errors")) == 0 == len(suites.findall("testsuite/testcase/error"))  # the README is skipped

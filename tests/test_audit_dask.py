@@ -6,19 +6,21 @@ import json
 import os
 import socket
 import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from conftest import DLRM_DIR
+from commands import traceview_process
+from conftest import DLRM_DIR, on_all_cores
 from traceview import audit as auditing
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.rules import load_config, load_rules
 from traceview.testing import llm_serving_spec, write_kineto, write_nsys
 from traceview.workflow import CheckOptions
+
+pytestmark = pytest.mark.slow  # a Dask cluster of worker processes
 
 
 @pytest.fixture(scope="module")
@@ -28,10 +30,12 @@ def cluster():
 
     # a worker that dies once is reported at once, instead of after three retries; no dashboard, and the
     # scheduler's HTTP endpoint on a free port rather than 8787
-    with dask.config.set({"distributed.scheduler.allowed-failures": 0}), distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1", dashboard_address=None,
-            scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as local:
-        yield local
+    with dask.config.set({"distributed.scheduler.allowed-failures": 0}):
+        with on_all_cores():  # its worker processes inherit the cores they start with
+            local = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                             dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
+        with local:
+            yield local
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +52,7 @@ def workdir(tmp_path_factory) -> Path:
 
 
 def audit(*args: object, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", "audit", *map(str, args)], capture_output=True,
-                          text=True, timeout=300, cwd=cwd, env={**os.environ, **(env or {})})
+    return traceview_process("audit", *args, cwd=cwd, env=env, timeout=300)
 
 
 def options() -> auditing.AuditOptions:

@@ -14,31 +14,20 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import (
-    DLRM_DIR,
-    KINETO_TRACES,
-    NSYS_TRACES,
-    SHARED_TRACES,
-    requires_shared,
-)
 
+from commands import Ran, traceview_cli, traceview_process
+from conftest import DLRM_DIR, KINETO_TRACES, NSYS_TRACES, SHARED_TRACES, corpus_audit, requires_shared
 from traceview.testing import Range, llm_serving_spec, write_kineto, write_nsys
 
-from test_html import chromium, run_chromium  # noqa: F401 - chromium is a fixture
+from test_html import run_chromium
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00"
 
 
-def traceview(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "traceview", *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, cwd=cwd, timeout=300, check=False)
-
-
-def assert_clean_failure(result: subprocess.CompletedProcess[str], name: str, *words: str) -> str:
+def assert_clean_failure(result: Ran | subprocess.CompletedProcess[str], name: str, *words: str) -> str:
     """Exit 2, exactly one stderr line that names the file and says what is wrong, no traceback."""
     lines = result.stderr.splitlines()
     assert result.returncode == 2, result.stderr
@@ -109,16 +98,27 @@ def test_bad_file(case: str, command: str, kineto_text: bytes, tmp_path: Path) -
     path = tmp_path / name
     write(path, kineto_text)
     args = [command, str(path)] + (["-o", str(tmp_path / "out.html")] if command == "report" else [])
-    result = traceview(*args, env={"TRACEVIEW_MAX_JSON_BYTES": str(32 << 20)})
+    result = traceview_cli(*args, env={"TRACEVIEW_MAX_JSON_BYTES": str(32 << 20)})
     assert_clean_failure(result, name, *words)
     assert not (tmp_path / "out.html").exists()
+
+
+@pytest.mark.parametrize("case", ["empty", "nsys_rep", "gzip_bomb"])
+def test_a_bad_file_fails_cleanly_from_the_real_process(case: str, kineto_text: bytes, tmp_path: Path) -> None:
+    """The same failure from `python -m traceview`: exit status 2 and one stderr line, the process's own."""
+    name, write, words = BAD_FILES[case]
+    path = tmp_path / name
+    write(path, kineto_text)
+    result = traceview_process("report", path, "-o", tmp_path / "out.html", env={"TRACEVIEW_MAX_JSON_BYTES": str(32 << 20)})
+    assert_clean_failure(result, name, *words)
+    assert result.stdout == "" and not (tmp_path / "out.html").exists()
 
 
 def test_sqlite_that_is_not_nsys(tmp_path: Path) -> None:
     path = tmp_path / "app.sqlite"
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
-    assert_clean_failure(traceview("info", str(path)), "app.sqlite", "not an Nsight Systems export")
+    assert_clean_failure(traceview_cli("info", str(path)), "app.sqlite", "not an Nsight Systems export")
 
 
 @requires_shared
@@ -129,16 +129,16 @@ def test_corrupted_sqlite_page(tmp_path: Path) -> None:
     with path.open("r+b") as f:  # a third of the pages, from a third in, overwritten
         f.seek(size // 3 // 4096 * 4096)
         f.write(b"\xff" * (size // 3 // 4096 * 4096))
-    assert_clean_failure(traceview("info", str(path)), "corrupt.sqlite", "malformed")
+    assert_clean_failure(traceview_cli("info", str(path)), "corrupt.sqlite", "malformed")
 
 
 def test_directory_without_traces(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("nothing here")
-    assert_clean_failure(traceview("info", str(tmp_path)), tmp_path.name, "no trace files")
+    assert_clean_failure(traceview_cli("info", str(tmp_path)), tmp_path.name, "no trace files")
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    assert_clean_failure(traceview("info", str(tmp_path / "gone.json")), "gone.json", "no such file")
+    assert_clean_failure(traceview_cli("info", str(tmp_path / "gone.json")), "gone.json", "no such file")
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
@@ -147,7 +147,7 @@ def test_unreadable_file(nsys_file: Path, tmp_path: Path) -> None:
     path = tmp_path / "locked.sqlite"
     shutil.copy(nsys_file, path)
     path.chmod(0)
-    assert_clean_failure(traceview("info", str(path)), "locked.sqlite", "permission denied")
+    assert_clean_failure(traceview_cli("info", str(path)), "locked.sqlite", "permission denied")
 
 
 @pytest.mark.parametrize("target", ["/proc/x/report.html", "under_a_file"])
@@ -155,21 +155,21 @@ def test_unwritable_output(target: str, nsys_file: Path, tmp_path: Path) -> None
     if target == "under_a_file":
         (tmp_path / "plain").write_text("a regular file")
         target = str(tmp_path / "plain" / "report.html")
-    result = traceview("report", str(nsys_file), "-o", target)
+    result = traceview_cli("report", str(nsys_file), "-o", target)
     assert_clean_failure(result, "report.html")
 
 
 # --- damaged but usable: exit 0 with a diagnostic -------------------------------------------------
 
 def diagnostics(path: Path) -> dict[str, str]:
-    result = traceview("query", str(path), "SELECT code, message FROM diagnostics", "--format", "json")
+    result = traceview_cli("query", str(path), "SELECT code, message FROM diagnostics", "--format", "json")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     return {row["code"]: row["message"] for row in json.loads(result.stdout)}
 
 
 def kernel_count(path: Path) -> int:
-    result = traceview("query", str(path), "SELECT count(*) AS n FROM kernels", "--format", "json")
+    result = traceview_cli("query", str(path), "SELECT count(*) AS n FROM kernels", "--format", "json")
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)[0]["n"]
 
@@ -183,13 +183,13 @@ def test_truncated_kineto_is_salvaged(kineto_text: bytes, tmp_path: Path) -> Non
     found = diagnostics(cut)
     assert "truncated_trace" in found and "kept the" in found["truncated_trace"]
     assert 0 < kernel_count(cut) < kernel_count(full)
-    assert traceview("info", str(cut)).returncode == 0
+    assert traceview_cli("info", str(cut)).returncode == 0
 
 
 def test_truncated_kineto_without_a_complete_event(kineto_text: bytes, tmp_path: Path) -> None:
     path = tmp_path / "early.json"
     path.write_bytes(kineto_text[: kineto_text.index(b'"traceEvents"') + 40])
-    assert_clean_failure(traceview("info", str(path)), "early.json", "truncated")
+    assert_clean_failure(traceview_cli("info", str(path)), "early.json", "truncated")
 
 
 def test_unknown_nsys_schema_version(nsys_file: Path, tmp_path: Path) -> None:
@@ -199,7 +199,7 @@ def test_unknown_nsys_schema_version(nsys_file: Path, tmp_path: Path) -> None:
         conn.execute("UPDATE META_DATA_EXPORT SET value = '9.0.0' WHERE name = 'EXPORT_SCHEMA_VERSION'")
     assert "9.0.0" in diagnostics(path)["unknown_schema_version"]
     assert kernel_count(path) == kernel_count(nsys_file)
-    assert traceview("info", str(path)).returncode == 0
+    assert traceview_cli("info", str(path)).returncode == 0
 
 
 def test_non_utf8_and_long_names_kineto(kineto_text: bytes, tmp_path: Path) -> None:
@@ -210,9 +210,9 @@ def test_non_utf8_and_long_names_kineto(kineto_text: bytes, tmp_path: Path) -> N
     path = tmp_path / "names.json"
     path.write_bytes(text[:at] + long_name + text[end:])
     assert "invalid_utf8" in diagnostics(path)
-    longest = traceview("query", str(path), "SELECT max(length(name)) AS n FROM kernels", "--format", "json")
+    longest = traceview_cli("query", str(path), "SELECT max(length(name)) AS n FROM kernels", "--format", "json")
     assert json.loads(longest.stdout)[0]["n"] == len(long_name)
-    assert traceview("info", str(path)).returncode == 0
+    assert traceview_cli("info", str(path)).returncode == 0
 
 
 def test_non_utf8_and_long_names_nsys(nsys_file: Path, tmp_path: Path) -> None:
@@ -224,7 +224,7 @@ def test_non_utf8_and_long_names_nsys(nsys_file: Path, tmp_path: Path) -> None:
         conn.execute("UPDATE StringIds SET value = ? WHERE id = ?", ["k" * 100_000, ids[1]])
     assert "invalid_utf8" in diagnostics(path)
     assert kernel_count(path) == kernel_count(nsys_file)
-    assert traceview("info", str(path)).returncode == 0
+    assert traceview_cli("info", str(path)).returncode == 0
 
 
 def _kineto_events(text: bytes) -> tuple[dict, list[dict]]:
@@ -246,7 +246,7 @@ def test_negative_zero_durations_out_of_order_and_duplicates(kineto_text: bytes,
     assert "negative_durations" in found
     assert "duplicate_events" in found and found["duplicate_events"].startswith("1 ")
     assert kernel_count(path) == len(kernels) + 1  # duplicates are kept (documented)
-    assert traceview("info", str(path)).returncode == 0
+    assert traceview_cli("info", str(path)).returncode == 0
 
 
 def test_kernels_without_launch(kineto_text: bytes, tmp_path: Path) -> None:
@@ -259,24 +259,31 @@ def test_kernels_without_launch(kineto_text: bytes, tmp_path: Path) -> None:
 
 # --- nothing lost: the inputs are never written ---------------------------------------------------
 
-def _checksums() -> dict[Path, str]:
-    return {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(SHARED_TRACES.rglob("*")) if p.is_file()}
+@requires_shared
+@pytest.mark.parametrize("trace", NSYS_TRACES[:2] + [p for p in KINETO_TRACES if p.parent != DLRM_DIR][:1] + [DLRM_DIR],
+                         ids=lambda p: p.name)
+def test_reading_a_shared_trace_never_modifies_it(trace: Path, tmp_path: Path) -> None:
+    """report, ingest and query each read the trace itself (no ingest cache); the session also checks every
+    shared file before and after the whole run (conftest.py)."""
+    folder = trace if trace.is_dir() else trace.parent
+
+    def state() -> dict[str, str]:  # nothing written to, nothing new beside it (no -journal, no -wal)
+        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+    before = state()
+    assert traceview_cli("report", trace, "-o", tmp_path / "report.html", cache=False).returncode == 0
+    assert traceview_cli("ingest", trace, "-o", tmp_path / "trace.duckdb", cache=False).returncode == 0
+    assert traceview_cli("query", trace, "SELECT count(*) FROM kernels", cache=False).returncode == 0
+    assert state() == before
 
 
 @requires_shared
-def test_shared_traces_are_never_modified(tmp_path: Path) -> None:
-    before = _checksums()
-    subset = NSYS_TRACES[:3] + [p for p in KINETO_TRACES if p.parent != DLRM_DIR][:3] + [DLRM_DIR]
-    for index, trace in enumerate(subset):
-        out = tmp_path / str(index)
-        out.mkdir()
-        assert traceview("report", str(trace), "-o", str(out / "report.html")).returncode == 0
-        assert traceview("ingest", str(trace), "-o", str(out / "trace.duckdb")).returncode == 0
-        assert traceview("query", str(trace), "SELECT count(*) FROM kernels").returncode == 0
-    audited = [str(p) for p in NSYS_TRACES] + [str(p) for p in KINETO_TRACES if p.parent != DLRM_DIR] + [str(DLRM_DIR)]
-    result = traceview("audit", *audited, "--json", str(tmp_path / "audit.json"), "--jobs", "4")
-    assert result.returncode in (0, 1), result.stderr[-2000:]
-    assert _checksums() == before
+@pytest.mark.slow
+def test_shared_traces_are_never_modified() -> None:
+    """The audit of every shared trace on two worker processes leaves every file as it was."""
+    audited = corpus_audit()
+    assert audited.returncode in (0, 1), audited.stderr[-2000:]
+    assert audited.after == audited.before
 
 
 # --- safe output: hostile names cannot run script in the report ----------------------------------
@@ -299,7 +306,7 @@ def test_hostile_names_do_not_run_in_the_report(chromium: str, tmp_path: Path) -
     for writer, name in ((write_kineto, "hostile.json"), (write_nsys, "hostile.sqlite")):
         trace = writer(hostile, tmp_path / name)
         page = tmp_path / (name + ".html")
-        result = traceview("report", str(trace), "-o", str(page), "--format", "html")
+        result = traceview_cli("report", str(trace), "-o", str(page), "--format", "html")
         assert result.returncode == 0, result.stderr
         text = page.read_text(encoding="utf-8")
         assert "<script>document.body" not in text and "<img src=x" not in text

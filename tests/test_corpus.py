@@ -9,17 +9,14 @@ judged as prefill or decode.
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
 import traceview
-from traceview import workflow
 from traceview.analysis.budget import BUCKETS
-from conftest import REPO, SHARED_TRACES, requires_shared
+from conftest import REPO, analysed, corpus, reported, requires_shared
 
 pytestmark = requires_shared
-TRACE_SUFFIXES = (".sqlite", ".json", ".json.gz")
 STEP_PHASES = {"prefill", "decode", "mixed", "train", "empty", "unknown"}
 KERNEL_PHASES = STEP_PHASES | {"other"}
 AGGREGATES = ("roofline_by_category", "roofline_by_phase", "roofline_by_step", "phase_summary")
@@ -27,19 +24,9 @@ AGGREGATES = ("roofline_by_category", "roofline_by_phase", "roofline_by_step", "
 EPSILON = 1e-9
 
 
-def corpus() -> list[Path]:
-    """Every trace file under nsys/ and torch/, and every directory there as one multi-rank job."""
-    targets = []
-    for folder in ("nsys", "torch"):
-        for path in sorted((SHARED_TRACES / folder).iterdir()) if (SHARED_TRACES / folder).is_dir() else []:
-            if path.is_dir() or path.name.endswith(TRACE_SUFFIXES):
-                targets.append(path)
-    return targets
-
-
-@pytest.fixture(scope="module", params=corpus(), ids=lambda p: p.name)
+@pytest.fixture(params=corpus(), ids=lambda p: p.name)
 def trace(request) -> traceview.Trace:
-    return traceview.load(request.param).analyze()
+    return analysed(request.param)
 
 
 def violations(trace: traceview.Trace, sql: str) -> list[tuple]:
@@ -223,17 +210,17 @@ def test_the_step_budget_adds_up_to_every_step_and_the_trace_span(trace) -> None
 
 
 def test_savings_never_exceed_the_time_they_come_from(trace) -> None:
-    """Every priced finding says where its saving lies, and no step is promised more than it lasted."""
-    result = workflow.check(trace, workflow.CheckOptions.configured(baseline=False))
+    """Every priced finding of the report says where its saving lies, and no step is promised more than it lasted."""
+    _, document = reported(trace.source)
     walls = dict(((rank, step), wall) for rank, step, wall in trace.sql(
         "SELECT rank, step_id, wall_ns FROM step_budget").rows())
     claimed: dict[tuple, int] = {}
-    for finding in result.findings:
-        if not finding.estimated_saving_ns:
+    for finding in document["findings"]:
+        if not finding["estimated_saving_ns"]:
             continue
-        step_savings = finding.evidence.get("step_savings")
-        assert step_savings, f"{finding.rule} prices {finding.estimated_saving_ns} ns with no step_savings"
-        assert sum(c["ns"] for c in step_savings) == finding.estimated_saving_ns, finding.rule
+        step_savings = finding["evidence"].get("step_savings")
+        assert step_savings, f"{finding['rule']} prices {finding['estimated_saving_ns']} ns with no step_savings"
+        assert sum(c["ns"] for c in step_savings) == finding["estimated_saving_ns"], finding["rule"]
         for claim in step_savings:
             window = (claim["rank"], claim["step_id"])
             claimed[window] = claimed.get(window, 0) + claim["ns"]

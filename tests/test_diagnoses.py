@@ -10,22 +10,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from click.testing import CliRunner
-
 import fixtures_copies as copies
 import fixtures_ranks as ddp
 import fixtures_steady as steady
 import fixtures_sync as sync
 import traceview
-from conftest import SHARED_TRACES, requires_shared, union_ns
-from traceview.cli import cli
+from commands import traceview_cli
+from conftest import SHARED_TRACES, analysed, requires_shared, union_ns
 from traceview.testing import write_kineto, write_nsys
 
 
 def findings(path: Path) -> list[dict]:
-    result = CliRunner().invoke(cli, ["check", str(path), "--format", "json"])
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.output)["findings"]
+    result = traceview_cli("check", path, "--format", "json")
+    assert result.returncode in (0, 1), result.stderr
+    return json.loads(result.stdout)["findings"]
 
 
 def test_a_copy_bound_run_is_diagnosed_as_copy_bound(tmp_path: Path) -> None:
@@ -96,7 +94,7 @@ def test_the_hta_nccl_traces_top_finding_names_the_ddp_ops_behind_its_gaps() -> 
     """DDP training on A100: the GPU idles 73% of each step waiting on the host. TV201 prices the gaps over
     1 ms (DDP unflattening its buffers, 15.5-15.7 ms per step); TV202, the residual, the rest, and names what
     the host was doing under the longest idle, summed from idle_gap_context."""
-    trace = traceview.load(SHARED_TRACES / "torch" / "hta__nccl_data_a100_ws2.json.gz").analyze()
+    trace = analysed(SHARED_TRACES / "torch" / "hta__nccl_data_a100_ws2.json.gz")
     by_op = trace.sql("""
         SELECT coalesce(issuing_op, host_call) AS op, user_range, sum(dur_ns)::BIGINT FROM idle_gap_context
         WHERE step_id IS NOT NULL AND coalesce(issuing_op, host_call) IS NOT NULL

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -14,7 +12,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import SHARED_TRACES, requires_shared
+from commands import traceview_cli
+from conftest import SHARED_TRACES, built_once, report_json, requires_shared
 from traceview import api, workflow
 from traceview.diff import build_diff, stats
 from traceview.report import diff_markdown
@@ -26,11 +25,6 @@ REMOVED = "reshape_and_cache_flash_kernel"
 RUNS = 5
 DIFF_SCHEMA = json.loads(resources.files("traceview.report").joinpath("diff_schema.json").read_text())
 GITHUB_COMMENT_LIMIT = 65_536
-
-
-def traceview(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
 
 
 def sides(flag: str, paths: list[Path]) -> list[object]:
@@ -63,18 +57,26 @@ def _reports(directory: Path, name: str, specs) -> list[Path]:
     return paths
 
 
+RUN_SIDES = {
+    "base": dict(seed=11),
+    "head7": dict(seed=12, change_pct={"decode": 7.0}),
+    "noisy_base": dict(seed=13, step_noise_pct=3.0),
+    "noisy_head1": dict(seed=14, step_noise_pct=3.0, change_pct={"decode": 1.0}),
+}
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, list[Path]]:
+def runs() -> dict[str, list[Path]]:
     """5 runs a side with the generator's noise (1.5% run to run, 2% step to step): a base, a head whose
-    decode steps are 7% slower, and a base and head with 3% step noise whose decode differs by 1%."""
-    directory = tmp_path_factory.mktemp("runs")
-    return {
-        "base": _reports(directory, "base", serving_runs(RUNS, seed=11)),
-        "head7": _reports(directory, "head7", serving_runs(RUNS, seed=12, change_pct={"decode": 7.0})),
-        "noisy_base": _reports(directory, "noisy_base", serving_runs(RUNS, seed=13, step_noise_pct=3.0)),
-        "noisy_head1": _reports(directory, "noisy_head1", serving_runs(RUNS, seed=14, step_noise_pct=3.0,
-                                                                      change_pct={"decode": 1.0})),
-    }
+    decode steps are 7% slower, and a base and head with 3% step noise whose decode differs by 1%. Built once a
+    session, whichever worker asks first."""
+    def build(folder: Path) -> None:
+        folder.mkdir()
+        for name, noise in RUN_SIDES.items():
+            _reports(folder, name, serving_runs(RUNS, **noise))
+
+    folder = built_once("diff-runs", build)
+    return {name: [folder / f"{name}{i}.json" for i in range(RUNS)] for name in RUN_SIDES}
 
 
 def _load(paths: list[Path]) -> list[dict]:
@@ -82,7 +84,7 @@ def _load(paths: list[Path]) -> list[dict]:
 
 
 def test_seven_percent_decode_regression_fails_the_gate(runs: dict[str, list[Path]], tmp_path: Path) -> None:
-    result = traceview("diff", *sides("--base", runs["base"]), *sides("--head", runs["head7"]),
+    result = traceview_cli("diff", *sides("--base", runs["base"]), *sides("--head", runs["head7"]),
                        "--fail-on-regression", "5%", "--format", "json,md", "-o", tmp_path / "pr.json")
     assert result.returncode == 1, result.stderr
     assert "verdict: regression" in result.stderr
@@ -163,7 +165,7 @@ def test_one_percent_under_noise_is_never_a_regression_over_many_seeds() -> None
 
 
 def test_identical_sides_are_neutral_under_a_tight_gate(runs: dict[str, list[Path]]) -> None:
-    result = traceview("diff", *sides("--base", runs["base"]), *sides("--head", runs["base"]),
+    result = traceview_cli("diff", *sides("--base", runs["base"]), *sides("--head", runs["base"]),
                        "--fail-on-regression", "1%", "--format", "json")
     assert result.returncode == 0, result.stderr
     diff = json.loads(result.stdout)
@@ -173,7 +175,7 @@ def test_identical_sides_are_neutral_under_a_tight_gate(runs: dict[str, list[Pat
 
 
 def test_diff_names_exactly_the_changed_kernels(pair: tuple[Path, Path]) -> None:
-    result = traceview("diff", *pair, "--format", "json")
+    result = traceview_cli("diff", *pair, "--format", "json")
     assert result.returncode == 0, result.stderr
     diff = json.loads(result.stdout)
     changes = {(k["kernel"], k["status"]) for k in diff["kernels"]}
@@ -184,7 +186,8 @@ def test_diff_names_exactly_the_changed_kernels(pair: tuple[Path, Path]) -> None
 
 
 def test_diff_against_itself_is_neutral(pair: tuple[Path, Path]) -> None:
-    result = traceview("diff", pair[0], pair[0], "--fail-on-regression", "1%", "--format", "json")
+    base = report_json(pair[0])
+    result = traceview_cli("diff", base, base, "--fail-on-regression", "1%", "--format", "json")
     assert result.returncode == 0, result.stderr
     diff = json.loads(result.stdout)
     assert diff["verdict"] == "neutral" and diff["kernels"] == [] and diff["regressions"] == []
@@ -195,8 +198,8 @@ def test_diff_against_itself_is_neutral(pair: tuple[Path, Path]) -> None:
 def test_json_report_is_a_run_and_one_run_a_side_says_run_noise_is_unmeasured(pair: tuple[Path, Path], tmp_path: Path) -> None:
     base, head = pair
     report = tmp_path / "base.json"
-    assert traceview("report", base, "--format", "json", "-o", report).returncode == 0
-    result = traceview("diff", report, head, "--format", "md", "-o", "-")
+    assert traceview_cli("report", base, "--format", "json", "-o", report).returncode == 0
+    result = traceview_cli("diff", report, head, "--format", "md", "-o", "-")
     assert result.returncode == 0, result.stderr
     assert f"| {REMOVED.replace('_', chr(92) + '_')} | kv\\_cache\\_write | gone |" in result.stdout
     assert "run-to-run noise is not measured" in result.stdout
@@ -217,8 +220,9 @@ def test_different_workloads_are_not_comparable(tmp_path: Path) -> None:
 @requires_shared
 def test_hta_trace_diff_pair_is_inconclusive_because_the_gpu_changed() -> None:
     torch = SHARED_TRACES / "torch"
-    result = traceview("diff", torch / "hta__trace_diff_control_a100.json.gz", torch / "hta__trace_diff_test_v100.json.gz",
-                       "--format", "json", "--fail-on-regression", "5%")
+    result = traceview_cli("diff", report_json(torch / "hta__trace_diff_control_a100.json.gz"),
+                           report_json(torch / "hta__trace_diff_test_v100.json.gz"), "--format", "json",
+                           "--fail-on-regression", "5%")
     assert result.returncode == 0, result.stderr
     diff = json.loads(result.stdout)
     jsonschema.validate(diff, DIFF_SCHEMA)
@@ -230,8 +234,8 @@ def test_hta_trace_diff_pair_is_inconclusive_because_the_gpu_changed() -> None:
 
 @requires_shared
 def test_a_shared_trace_diffed_with_itself_is_neutral() -> None:
-    trace = SHARED_TRACES / "torch" / "tracemap__vllm_h100_tp4_rank0_isl1000_osl10_c32.pt.trace.json.gz"
-    diff = json.loads(traceview("diff", trace, trace, "--format", "json").stdout)
+    report = report_json(SHARED_TRACES / "torch" / "tracemap__vllm_h100_tp4_rank0_isl1000_osl10_c32.pt.trace.json.gz")
+    diff = json.loads(traceview_cli("diff", report, report, "--format", "json").stdout)
     assert diff["verdict"] == "neutral" and diff["comparability"]["score"] == 1.0
     assert diff["conclusion"]["identical"]
 
@@ -239,8 +243,8 @@ def test_a_shared_trace_diffed_with_itself_is_neutral() -> None:
 @requires_shared
 def test_diff_h200_against_h100_reports_the_gpu_change() -> None:
     nsys = SHARED_TRACES / "nsys"
-    result = traceview("diff", nsys / "NVIDIA__Fuser__report2.sqlite", nsys / "NVIDIA__Fuser__report2_df8f397.sqlite",
-                       "--format", "json")
+    result = traceview_cli("diff", report_json(nsys / "NVIDIA__Fuser__report2.sqlite"),
+                           report_json(nsys / "NVIDIA__Fuser__report2_df8f397.sqlite"), "--format", "json")
     diff = json.loads(result.stdout)
     assert diff["gpu_changed"] and (diff["base"]["spec_id"], diff["head"]["spec_id"]) == ("h200", "h100-sxm")
     assert diff["verdict"] == "inconclusive"
@@ -260,7 +264,7 @@ def test_markdown_fits_a_github_comment_on_the_largest_shared_trace(pair: tuple[
     """Against a different workload, so its kernel families are new or gone and its findings differ; then the
     same diff with ten thousand changed kernels and a thousand new findings, each with a long name."""
     largest = _largest_shared_trace()
-    diff = json.loads(traceview("diff", pair[0], largest, "--format", "json").stdout)
+    diff = json.loads(traceview_cli("diff", report_json(pair[0]), report_json(largest), "--format", "json").stdout)
     markdown = diff_markdown.render(diff)
     assert markdown.startswith("## traceview diff") and len(markdown) < GITHUB_COMMENT_LIMIT
     assert diff["kernels"] and diff["findings"]["new"]
@@ -273,14 +277,14 @@ def test_markdown_fits_a_github_comment_on_the_largest_shared_trace(pair: tuple[
 
 
 def test_diff_writes_html_beside_markdown(pair: tuple[Path, Path], tmp_path: Path) -> None:
-    result = traceview("diff", *pair, "--format", "md,html", "-o", tmp_path / "pr.md")
+    result = traceview_cli("diff", *map(report_json, pair), "--format", "md,html", "-o", tmp_path / "pr.md")
     assert result.returncode == 0, result.stderr
     page = (tmp_path / "pr.html").read_text()
     assert SLOWER in page and REMOVED in page and "Content-Security-Policy" in page
 
 
 def test_diff_usage_errors(pair: tuple[Path, Path]) -> None:
-    base, head = pair
+    base, head = map(report_json, pair)
     for args, fragment in (((base, head, "--fail-on-regression", "five"), "expected a percentage"),
                            ((base, head, "--format", "pdf"), "choose from md, json, html"),
                            ((base, head, "--confidence", "high"), "expected a level"),
@@ -289,7 +293,7 @@ def test_diff_usage_errors(pair: tuple[Path, Path]) -> None:
                            ((base, head, head), "got 3 path(s)"),
                            (("--base", base), "at least one --base and one --head"),
                            (("--base", base, "--head", head.with_name("missing.json.gz")), "missing.json.gz")):
-        result = traceview("diff", *args)
+        result = traceview_cli("diff", *args)
         assert result.returncode == 2, (args, result.stderr)
         assert fragment in result.stderr and "Traceback" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr

@@ -10,8 +10,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -19,17 +17,13 @@ import pytest
 
 import traceview
 from traceview import workflow
+from traceview.report.chrome_trace import write_chrome_trace
 from traceview.report.finding_windows import finding_windows
 from traceview.testing import A100_80GB, ApiCall, Kernel, Memop, Range, TraceSpec, write_nsys
-from conftest import SHARED_TRACES, requires_shared
-from test_corpus import corpus
+from commands import traceview_cli
+from conftest import SHARED_TRACES, built_once, corpus, reported, requires_shared, trace_key
 
 BOLONGCHENG_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite"
-
-
-def traceview_cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
 
 
 def read_trace(path: Path) -> dict:
@@ -74,11 +68,14 @@ def misnested(slices: list[dict]) -> list[dict]:
 
 
 @pytest.fixture(scope="module", params=corpus(), ids=lambda p: p.name)
-def exported(request, tmp_path_factory):
-    trace = traceview.load(request.param).analyze()
-    data, findings = export(trace, tmp_path_factory.mktemp("export") / "trace.json")
-    yield trace, data, findings
-    trace.close()
+def exported(request):
+    """A real trace exported once a session, as the command does (`workflow.export`: the findings of a check, each
+    with its report window); the findings are the report's, which are those."""
+    trace, document = reported(request.param)
+    findings = document["findings"]
+    written = built_once(f"exports/{trace_key(trace.source)}.json",
+                         lambda target: write_chrome_trace(trace.con, findings, target, version=traceview.__version__))
+    return trace, read_trace(written), findings
 
 
 @requires_shared

@@ -16,6 +16,7 @@ from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+pytestmark = pytest.mark.slow(seconds=45)  # 60 mutated traces, each loaded and analysed
 _spec = importlib.util.spec_from_file_location("traceview_fuzz", REPO / "bench" / "fuzz.py")
 fuzz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz)

@@ -4,22 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import traceview
+from commands import traceview_cli, traceview_process
 from traceview.analysis.pipeline import STAGES
 from traceview.testing import llm_serving_spec, write_kineto
 
 LINE = re.compile(r"^(\w+)\s+(.+?)\s+(\d+\.\d{3})\s+(\d+\.\d)%\s*([\d,]*)$")
-
-
-def traceview_cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +31,7 @@ def profile_rows(stderr: str) -> dict[tuple[str, str], tuple[float, int | None]]
     return rows
 
 
-def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: Path, tmp_path: Path) -> None:
+def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: Path, tmp_path: Path, all_cores) -> None:
     result = traceview_cli("report", trace, "--profile", "--format", "md,json", "-o", tmp_path / "r.md")
     assert result.returncode == 0, result.stderr
     rows = profile_rows(result.stderr)
@@ -77,7 +71,7 @@ def test_check_profile_and_no_profile_without_the_flag(trace: Path) -> None:
 
 def test_audit_profile_sums_the_workers_and_names_each_trace(trace: Path, tmp_path: Path) -> None:
     second = write_kineto(llm_serving_spec(seed=1), tmp_path / "other.json.gz")
-    result = traceview_cli("audit", trace, second, "--profile", "--jobs", "2", "--json", tmp_path / "a.json")
+    result = traceview_process("audit", trace, second, "--profile", "--jobs", "2", "--json", tmp_path / "a.json")
     assert result.returncode == 0, result.stderr
     rows = profile_rows(result.stderr)
     assert "profile of 2 traces" in result.stderr

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import built_once
 from traceview.compat import tomllib
 from traceview.resources import DATA_PACKAGE, data_dir
 
@@ -56,17 +57,20 @@ def dependency_dirs() -> list[str]:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The wheel built from a copy of the build inputs (an in-tree build would write build/ into the checkout)."""
-    tree = tmp_path_factory.mktemp("tree")
-    for name in BUILD_INPUTS:
-        source = REPO / name
-        if source.is_dir():
-            shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-        else:
-            shutil.copy2(source, tree / name)
-    out = tmp_path_factory.mktemp("dist")
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(tree)], cwd=out)
-    (built,) = out.glob("traceview-*.whl")
+    """The wheel built once a session from a copy of the build inputs (an in-tree build would write build/ into
+    the checkout)."""
+    def build(out: Path) -> None:
+        tree = tmp_path_factory.mktemp("tree")
+        for name in BUILD_INPUTS:
+            source = REPO / name
+            if source.is_dir():
+                shutil.copytree(source, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+            else:
+                shutil.copy2(source, tree / name)
+        out.mkdir()
+        run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(tree)], cwd=out)
+
+    (built,) = built_once("wheel", build).glob("traceview-*.whl")
     return built
 
 
@@ -97,6 +101,7 @@ def test_editable_install_reads_the_checkout_folder(folder: str):
     assert data_dir(folder) == REPO / folder
 
 
+@pytest.mark.slow
 def test_wheel_holds_every_data_and_source_file(wheel: Path):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = expected_wheel_files()
@@ -106,6 +111,7 @@ def test_wheel_holds_every_data_and_source_file(wheel: Path):
     assert expected - names == set()
 
 
+@pytest.mark.slow
 def test_installed_wheel_reports_like_the_checkout(venv: Path, tmp_path: Path):
     located = run([str(venv / "bin" / "python"), "-c",
                    "import traceview, traceview.resources as r; print(traceview.__file__); "

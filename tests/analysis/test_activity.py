@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import traceview
-from conftest import DLRM_DIR, VLLM_H100, requires_shared, union_ns
+from conftest import DLRM_DIR, VLLM_H100, analysed, requires_shared, union_ns
 from traceview.analysis.activity import TABLES, build_activity
 from traceview.testing import H100_SXM, ApiCall, Kernel, Memop, TraceSpec, write_nsys
 
@@ -132,7 +132,7 @@ def test_tables_declare_every_column(generated) -> None:
 @requires_shared
 def test_vllm_h100_idle_is_the_hand_checked_share() -> None:
     """../shared/traces/README.md: exact idle over the kernel+memcpy+memset span is 10.88%."""
-    trace = traceview.load(VLLM_H100).analyze()
+    trace = analysed(VLLM_H100)
     build_activity(trace.con)
     span, idle = trace.sql("SELECT span_ns, idle_ns FROM device_activity").rows()[0]
     assert round(100.0 * idle / span, 2) == 10.88
@@ -165,7 +165,7 @@ def _group(rows: list[tuple]) -> dict[tuple[int, int], list[tuple[int, int]]]:
 @requires_shared
 @pytest.mark.parametrize("path", [VLLM_H100, DLRM_DIR], ids=lambda p: Path(p).name)
 def test_real_trace_matches_a_python_sweep(path: Path) -> None:
-    trace = traceview.load(path).analyze()
+    trace = analysed(path)
     build_activity(trace.con)
     kernels = trace.sql("SELECT rank, device_id, start_ns, end_ns FROM kernels").rows()
     activity = kernels + trace.sql("SELECT rank, device_id, start_ns, end_ns FROM memops").rows()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from conftest import SHARED_TRACES, VLLM_H100, load_cached, requires_shared
+from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
 from traceview.analysis import categories
 from traceview.analysis.categories import CATEGORIES, DTYPES, classify_kernels, labelled_kernels_sql, load_patterns
 from traceview.model import db
@@ -222,7 +222,7 @@ def test_classify_leaves_kernels_as_ingested_and_reruns() -> None:
 
 
 def classified(path):
-    return load_cached(path).analyze()
+    return analysed(path)
 
 
 def other_share(trace) -> float:

@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, requires_shared
-from traceview.analysis.devices import load_architectures
+from conftest import SHARED_TRACES, analysed, requires_shared
+from traceview.analysis.devices import load_architectures, match_devices
 from traceview.analysis.hardware import load_specs
+from traceview.model import db
 from traceview.rules.config import RuleConfig
 from traceview.rules.engine import check
 from traceview.rules.loader import load_rules
@@ -50,7 +52,7 @@ def diagnostics(trace: traceview.Trace, code: str) -> list[tuple[str, str]]:
     ("tracelens__sglang_qwen3-8b_prefilldecode_mi300x.json.gz", 527),
 ])
 def test_rocm_physical_device_ids_join_the_listed_mi300x(name: str, used: int) -> None:
-    trace = traceview.load(SHARED_TRACES / "torch" / name).analyze()
+    trace = analysed(SHARED_TRACES / "torch" / name)
     rows = trace.sql("SELECT count(*) AS n, count(d.spec_id) AS with_spec, list(DISTINCT d.spec_id) AS specs "
                      "FROM kernels k LEFT JOIN devices d USING (rank, device_id)").to_dicts()[0]
     assert (rows["n"], rows["with_spec"], rows["specs"]) == (used, used, ["mi300x"])
@@ -165,16 +167,31 @@ def test_no_known_architecture_leaves_tv301_skipped(tmp_path: Path) -> None:
     ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT256x192x64_MI16x16x1_SN_LDSB1_ISA942_IU1_K1_WS64_WG32_8_1", "cdna3+"),
     ("Cijk_Alik_Bljk_BBS_BH_MT256x256x64_MI16x16x32_ISA950_WS64", "cdna4+"),
 ])
-def test_architecture_from_kernel_names(tmp_path: Path, name: str, expected: str) -> None:
-    trace = analyzed(tmp_path, TraceSpec(gpus=(), kernels=kernels_on([0], name)), fmt="nsys")
-    assert trace.scalar("SELECT architecture FROM devices WHERE device_id = 0") == expected
+def test_architecture_from_kernel_names(name: str, expected: str) -> None:
+    assert classed_by_names([(name, 10_000)]) == [(expected, classes_with_tensor_cores().get(expected))]
 
 
-def test_the_most_advanced_architecture_wins(tmp_path: Path) -> None:
-    kernels = kernels_on([0, 0, 0], "ampere_sgemm_128x64_tn", dur_ns=900_000) + (
-        Kernel("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", 9_000_000, 1_000),)
-    trace = analyzed(tmp_path, TraceSpec(gpus=(), kernels=kernels), fmt="nsys")
-    assert trace.sql("SELECT architecture, tensor_cores FROM devices").rows() == [("sm90+", True)]
+def test_the_most_advanced_architecture_wins() -> None:
+    """Three long sm80 GEMMs and one short sm90 kernel: the newest name decides, not the most time."""
+    kernels = [("ampere_sgemm_128x64_tn", 900_000)] * 3 + [("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_TNT", 1_000)]
+    assert classed_by_names(kernels) == [("sm90+", True)]
+
+
+def classed_by_names(kernels: list[tuple[str, int]]) -> list[tuple[str, bool | None]]:
+    """(architecture, tensor_cores) of one GPU with no name, classed by the devices stage from the kernels it ran:
+    a schema of kernel rows, not a trace."""
+    con = duckdb.connect()
+    db.create_schema(con)
+    con.executemany("INSERT INTO kernels (rank, kernel_id, device_id, name, short_name, start_ns, end_ns, dur_ns) "
+                    "VALUES (0, ?, 0, ?, ?, ?, ? + ?, ?)",
+                    [[i, name, db.short_kernel_name(name), 1_000_000 * i, 1_000_000 * i, dur, dur]
+                     for i, (name, dur) in enumerate(kernels)])
+    match_devices(con, None)
+    return con.execute("SELECT architecture, tensor_cores FROM devices WHERE spec_source = 'kernel_names'").fetchall()
+
+
+def classes_with_tensor_cores() -> dict[str, bool | None]:
+    return {c.id: c.tensor_cores for c in load_architectures()[0]}
 
 
 def test_names_without_tensor_cores_say_unknown_or_none() -> None:

@@ -10,12 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 import traceview
-from conftest import SHARED_TRACES, union_ns
+from commands import traceview_cli
+from conftest import SHARED_TRACES, analysed, requires_shared, union_ns
 from traceview.analysis.hardware import PCIE_GENERATIONS, load_specs
-from traceview.cli import cli
 from traceview.rules import RuleConfig, check, load_rules
 from traceview.testing import GpuSpec, Kernel, Memop, TraceSpec, write_kineto, write_nsys
 
@@ -133,8 +132,7 @@ def test_tv208_prices_overlap_and_the_link_rate_per_step(copy_bound):
 
 def test_tv208_is_the_top_finding_of_check(tmp_path):
     path = write_nsys(fc.copy_bound_run(), tmp_path / "t.sqlite")
-    result = CliRunner().invoke(cli, ["check", str(path), "--step-regex", fc.STEP_REGEX, "--format", "json"])
-    findings = json.loads(result.output)["findings"]
+    findings = json.loads(traceview_cli("check", path, "--step-regex", fc.STEP_REGEX, "--format", "json").stdout)["findings"]
     assert findings[0]["rule"] == "TV208", [(f["rule"], f["estimated_saving_ns"]) for f in findings]
     assert findings[0]["estimated_saving_ns"] == 10 * (fc.COPY_NS - (round(fc.BATCH_BYTES * 130 / 8192) - 5_000_000))
 
@@ -211,11 +209,10 @@ def _own_figures(trace: traceview.Trace) -> dict:
     return figures
 
 
+@requires_shared
 @pytest.mark.parametrize("path", OPENMP, ids=lambda p: p.stem[-7:])
 def test_openmp_offload_copies_match_the_trace(path):
-    if not path.exists():
-        pytest.skip(f"{path} is not present")
-    trace = traceview.load(path).analyze()
+    trace = analysed(path)
     own = _own_figures(trace)
     (device,) = trace.sql("SELECT copy_ns, copy_only_ns, kernel_ns FROM device_engines").to_dicts()
     assert device == own["device"]

@@ -12,7 +12,7 @@ from dataclasses import replace
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, VLLM_H100, requires_shared
+from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
 from traceview.rules import RuleConfig, check, load_rules
 from fixtures_sync import ITEM_SILU as SILU, item_sync
 from traceview.testing import H100_SXM, ApiCall, Kernel, Range, TraceSpec, write_kineto, write_nsys
@@ -104,7 +104,7 @@ def test_ddp_gaps_on_the_hta_nccl_trace_name_the_ddp_ops() -> None:
     """The three 15.5-15.7 ms gaps per step: the launching thread sits in aten::unflatten_dense_tensors (DDP
     unflattening the broadcast buffers) inside the DistributedDataParallel.forward annotation. Checked with a
     sweep here: the cpu_op of the launching thread overlapping each gap the most."""
-    trace = traceview.load(NCCL_TRACE).analyze()
+    trace = analysed(NCCL_TRACE)
     gaps = trace.sql("SELECT g.start_ns, g.end_ns, g.pid, g.call_tid FROM gpu_idle_gaps g "
                      "ORDER BY g.dur_ns DESC LIMIT 3").rows()
     ops = trace.sql("SELECT pid, tid, kind, name, start_ns, end_ns FROM ranges "
@@ -170,7 +170,7 @@ def _sweep_blocking_savings(trace: traceview.Trace) -> dict[int, int]:
 
 @requires_shared
 def test_blocking_call_prices_match_a_python_sweep_on_vllm() -> None:
-    trace = traceview.load(VLLM_H100).analyze()
+    trace = analysed(VLLM_H100)
     expected = _sweep_blocking_savings(trace)
     priced = dict(trace.sql("SELECT call_id, saving_ns FROM blocking_calls WHERE step_id IS NOT NULL").rows())
     assert priced == expected
@@ -181,7 +181,7 @@ def test_blocking_call_prices_match_a_python_sweep_on_vllm() -> None:
 
 @requires_shared
 def test_tv206_prices_its_calls_as_blocking_calls_does() -> None:
-    trace = traceview.load(SHARED_TRACES / "nsys" / "blbadger__threebody__report1.sqlite").analyze()
+    trace = analysed(SHARED_TRACES / "nsys" / "blbadger__threebody__report1.sqlite")
     finding, = check(trace.con, [RULES["TV206"]], RuleConfig(select=("TV206",))).findings
     by_api = trace.sql("""
         SELECT name, copy_kind, sum(saving_ns), sum(dur_ns) FROM blocking_calls

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 import traceview
-from conftest import REPO, SHARED_TRACES, requires_shared
-from test_phases import analyzed
+from conftest import REPO, SHARED_TRACES, analysed, requires_shared
 from traceview.analysis import op_costs
 from traceview.errors import TraceviewError
 from traceview.testing import GpuSpec, Kernel, Range, TraceSpec, write_kineto
@@ -73,7 +72,7 @@ def op_row(trace: traceview.Trace, op: str, dims: str, types: str | None = None)
 @pytest.mark.parametrize(("op", "dims", "types", "gflops", "mib"), TRACELENS_QWEN, ids=lambda v: v if isinstance(v, str) else None)
 def test_qwen_agrees_with_tracelens_within_two_percent(op: str, dims: str, types: str | None,
                                                        gflops: float | None, mib: float) -> None:
-    _, flops, moved, _ = op_row(analyzed(HF_QWEN), op, dims, types)
+    _, flops, moved, _ = op_row(analysed(HF_QWEN), op, dims, types)
     assert moved / MIB == pytest.approx(mib, rel=0.02)
     if gflops is not None:
         assert flops / 1e9 == pytest.approx(gflops, rel=0.02)
@@ -81,7 +80,7 @@ def test_qwen_agrees_with_tracelens_within_two_percent(op: str, dims: str, types
 
 @requires_shared
 def test_qwen_where_traceview_and_tracelens_differ_traceview_counts_what_the_op_does() -> None:
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     # addmm: TraceLens adds the bias' M·N adds to 2·M·N·K; traceview counts tensor-core FLOPs only
     _, flops, _, _ = op_row(trace, "aten::addmm", "[[1024],[8944,1024],[1024,1024],[],[]]")
     assert flops == 2 * 8944 * 1024 * 1024
@@ -95,7 +94,7 @@ def test_qwen_where_traceview_and_tracelens_differ_traceview_counts_what_the_op_
 
 @requires_shared
 def test_qwen_view_and_allocation_ops_stay_uncosted() -> None:
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     costed = set(trace.sql("SELECT DISTINCT op FROM op_costs")["op"].to_list())
     assert not costed & {"aten::view", "aten::transpose", "aten::empty", "aten::slice", "aten::t", "aten::cat"}
     assert trace.scalar("SELECT count(*) FROM op_costs WHERE cost_model IS NULL") == 0
@@ -104,7 +103,7 @@ def test_qwen_view_and_allocation_ops_stay_uncosted() -> None:
 @requires_shared
 def test_vllm_kv_cache_write_costs_the_written_slots_not_the_pool() -> None:
     """reshape_and_cache_flash(key [8192, 8, 64], value, key_cache [224304, 32, 8, 64], value_cache, slots [8192])."""
-    trace = analyzed(VLLM_EXECUTION)
+    trace = analysed(VLLM_EXECUTION)
     tokens, heads, dim = 8192, 8, 64
     model, flops, moved, elements = op_row(trace, "_C_cache_ops::reshape_and_cache_flash", "[[8192,8,64],%")
     assert model == "kv_cache_write" and flops is None
@@ -118,7 +117,7 @@ def test_vllm_kv_cache_write_costs_the_written_slots_not_the_pool() -> None:
 @requires_shared
 def test_vllm_paged_attention_counts_the_batch_tokens_and_no_flops() -> None:
     """unified_attention_with_output(q [8192, 64, 64], k [8192, 8, 64], v, out [8192, 64, 64]): context unknown."""
-    model, flops, moved, _ = op_row(analyzed(VLLM_EXECUTION), "vllm::unified_attention_with_output", "[[8192,64,64],%")
+    model, flops, moved, _ = op_row(analysed(VLLM_EXECUTION), "vllm::unified_attention_with_output", "[[8192,64,64],%")
     assert model == "vllm_unified_attention" and flops is None
     assert moved == (2 * 8192 * 64 * 64 + 2 * 8192 * 8 * 64) * 2
 
@@ -126,7 +125,7 @@ def test_vllm_paged_attention_counts_the_batch_tokens_and_no_flops() -> None:
 @requires_shared
 def test_vllm_rotary_reads_the_cache_rows_of_the_tokens() -> None:
     """rotary_embedding(positions [8192], q [8192, 4096], k [8192, 512], 64, cos_sin_cache [131072, 64], True)."""
-    trace = analyzed(VLLM_CAPTURE)
+    trace = analysed(VLLM_CAPTURE)
     model, _, moved, _ = op_row(trace, "_C::rotary_embedding", "[[8192],[8192,4096],[8192,512],%")
     assert model == "rotary_embedding"
     assert moved == 2 * (8192 * 4096 + 8192 * 512) * 2 + 8192 * 64 * 2 + 8192 * 8
@@ -137,7 +136,7 @@ def test_vllm_rotary_reads_the_cache_rows_of_the_tokens() -> None:
 
 @requires_shared
 def test_sglang_cache_write_batch_prefill_rotary_and_norms() -> None:
-    trace = analyzed(SGLANG)
+    trace = analysed(SGLANG)
     tokens = 15360
     # store_cache(k [T, 1024], v, k_cache [835874, 1024], v_cache, indices [T], ...)
     assert op_row(trace, "sglang::store_cache", "[[15360,1024],%")[2] == 4 * tokens * 1024 * 2 + tokens * 8
@@ -162,7 +161,7 @@ def test_sglang_cache_write_batch_prefill_rotary_and_norms() -> None:
 @requires_shared
 def test_nsys_shapes_without_types_give_elements_but_no_bytes() -> None:
     """emit_nvtx `aten::bmm, sizes = [[1, 2048, 768], [1, 768, 768]]`: no dtypes in nsys, so elements only."""
-    model, flops, moved, elements = op_row(analyzed(BOLONGCHENG_FWD), "aten::bmm", "[[1, 2048, 768], [1, 768, 768]]")
+    model, flops, moved, elements = op_row(analysed(BOLONGCHENG_FWD), "aten::bmm", "[[1, 2048, 768], [1, 768, 768]]")
     assert (model, moved) == ("bmm", None)
     assert flops == 2 * 2048 * 768 * 768
     assert elements == 2048 * 768 + 768 * 768 + 2048 * 768

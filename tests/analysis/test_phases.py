@@ -8,24 +8,16 @@ from pathlib import Path
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, VLLM_H100, requires_shared
+from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
 from traceview.testing import Kernel, Range, TraceSpec, llm_serving_spec, serving_steps, write_kineto, write_nsys
 
 TORCH = SHARED_TRACES / "torch"
 NSYS = SHARED_TRACES / "nsys"
-_analyzed: dict[Path, traceview.Trace] = {}
-
-
-def analyzed(path: Path, **options) -> traceview.Trace:
-    key = (path, tuple(sorted(options.items())))
-    if key not in _analyzed:
-        _analyzed[key] = traceview.load(path).analyze(**options)
-    return _analyzed[key]
 
 
 @requires_shared
 def test_vllm_h100_steps_phases_and_gpu() -> None:
-    trace = analyzed(VLLM_H100)
+    trace = analysed(VLLM_H100)
     phases = trace.sql("SELECT phase FROM steps ORDER BY step_id")["phase"].to_list()
     assert phases == ["prefill"] + ["decode"] * 9 + ["empty"]
     assert trace.scalar("SELECT count(*) FROM kernels WHERE step_id IS NULL OR phase IS NULL") == 0
@@ -38,7 +30,7 @@ def test_vllm_h100_steps_phases_and_gpu() -> None:
 
 @requires_shared
 def test_vllm_h100_with_a_model_decode_is_memory_bound_by_the_model() -> None:
-    trace = analyzed(VLLM_H100, model="llama-3-70b", tp=4, batch=32, context=1005)
+    trace = analysed(VLLM_H100, model="llama-3-70b", tp=4, batch=32, context=1005)
     row = trace.sql("SELECT bound, bound_source, pct_of_roof FROM phase_summary WHERE phase = 'decode'").to_dicts()[0]
     assert (row["bound"], row["bound_source"]) == ("memory", "model")
     assert 40 < row["pct_of_roof"] < 100
@@ -48,7 +40,7 @@ def test_vllm_h100_with_a_model_decode_is_memory_bound_by_the_model() -> None:
 
 @requires_shared
 def test_vllm_mixed_step_token_counts() -> None:
-    trace = analyzed(TORCH / "tracelens__vllm_prefilldecode_piecewise_graph_execution.json.gz")
+    trace = analysed(TORCH / "tracelens__vllm_prefilldecode_piecewise_graph_execution.json.gz")
     row = trace.sql("SELECT * FROM steps").to_dicts()
     assert len(row) == 1
     step = row[0]
@@ -60,14 +52,14 @@ def test_vllm_mixed_step_token_counts() -> None:
 
 @requires_shared
 def test_sglang_extend_step_is_prefill() -> None:
-    trace = analyzed(TORCH / "tracelens__sglang_qwen3-8b_prefilldecode_mi300x.json.gz")
+    trace = analysed(TORCH / "tracelens__sglang_qwen3-8b_prefilldecode_mi300x.json.gz")
     assert trace.sql("SELECT phase, prefill_tokens, kernels FROM steps").rows() == [("prefill", 15360, 527)]
     assert trace.scalar("SELECT DISTINCT spec_id FROM devices") == "mi300x"
 
 
 @requires_shared
 def test_hf_forward_with_shapes_is_prefill_from_input_shapes() -> None:
-    trace = analyzed(TORCH / "tracelens__h100_hf_qwen1.5-0.5b-chat.json.gz")
+    trace = analysed(TORCH / "tracelens__h100_hf_qwen1.5-0.5b-chat.json.gz")
     assert trace.sql("SELECT phase, phase_source FROM steps").rows() == [("prefill", "input_shapes")]
 
 
@@ -123,7 +115,7 @@ def test_user_kernel_mapping_labels_steps(tmp_path: Path) -> None:
 def test_backward_kernels_launched_from_the_autograd_thread_belong_to_the_profiler_step() -> None:
     """PyTorch records ProfilerStep#N on the main thread (tid 1102 here) and launches backward kernels
     from its autograd thread (tid 1262): 2,780 of the 4,350 kernels, which must join the open step."""
-    trace = traceview.load(TORCH / "hta__ns_resolution_v100.pt.trace.json.gz").analyze()
+    trace = analysed(TORCH / "hta__ns_resolution_v100.pt.trace.json.gz")
     by_thread = trace.con.execute(
         """SELECT a.tid, count(*), count(k.step_id) FROM kernels k
            JOIN api_calls a ON a.rank = k.rank AND a.pid = k.pid AND a.correlation_id = k.correlation_id
@@ -163,7 +155,7 @@ TRAINING_TRACES = [
 @pytest.mark.parametrize(("path", "train_steps"), TRAINING_TRACES, ids=[p.name for p, _ in TRAINING_TRACES])
 def test_training_steps_are_train_not_prefill_or_decode(path: Path, train_steps: int) -> None:
     """Backward and optimizer work make a step `train` (these were prefill from shapes or decode from graphs)."""
-    trace = analyzed(path)
+    trace = analysed(path)
     phases = trace.sql("SELECT phase, count(*) FROM steps WHERE kernels > 0 GROUP BY ALL").rows()
     assert phases == [("train", train_steps)]
     labels = trace.sql("SELECT DISTINCT phase FROM kernels WHERE step_id IS NOT NULL").rows()
@@ -175,7 +167,7 @@ def test_training_steps_are_train_not_prefill_or_decode(path: Path, train_steps:
 def test_resnet50_2021_training_bursts() -> None:
     """The 2021 trace has no ProfilerStep: 7 GPU bursts, 6 whole iterations and one 20-kernel burst
     cut off the front of an iteration by an idle gap, which carries no training evidence of its own."""
-    trace = analyzed(TORCH / "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz")
+    trace = analysed(TORCH / "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz")
     rows = trace.sql("SELECT phase, phase_source, kernels FROM steps ORDER BY step_id").rows()
     assert [r[0] for r in rows] == ["train"] * 4 + ["unknown"] + ["train"] * 2
     assert rows[4] == ("unknown", "no_evidence", 20)
@@ -186,7 +178,7 @@ def test_backward_time_is_the_autograd_threads_work() -> None:
     """ns_resolution: every launch of the autograd thread (tid 1262) runs inside an
     `autograd::engine::evaluate_function` range, so each step's backward time is the busy time of that
     thread's GPU work; optimizer time is the work launched inside `Optimizer.*#SGD.*` on the main thread."""
-    trace = analyzed(TORCH / "hta__ns_resolution_v100.pt.trace.json.gz")
+    trace = analysed(TORCH / "hta__ns_resolution_v100.pt.trace.json.gz")
     steps = trace.sql("SELECT step_id, phase_source, gpu_time_ns, train_forward_ns, train_backward_ns, "
                       "train_optimizer_ns FROM steps ORDER BY step_id").rows()
     work = trace.con.execute(
@@ -214,9 +206,9 @@ def test_backward_time_is_the_autograd_threads_work() -> None:
 def test_nsys_emit_nvtx_training_and_forward_only_runs() -> None:
     """bolongcheng: emit_nvtx ranges. The backward run has no optimizer (its split says NULL, not 0);
     the AdamW run's optimizer work is the 1,776 launches inside `Optimizer.*#AdamW.*`; forward-only is not train."""
-    bwd = analyzed(NSYS / "bolongcheng__assignment2-systems__profile_small_bwd_A100.sqlite")
+    bwd = analysed(NSYS / "bolongcheng__assignment2-systems__profile_small_bwd_A100.sqlite")
     assert bwd.sql("SELECT phase_source, train_optimizer_ns FROM steps").rows() == [("training:backward", None)]
-    opt = analyzed(NSYS / "bolongcheng__assignment2-systems__profile_small_opt_A100.sqlite")
+    opt = analysed(NSYS / "bolongcheng__assignment2-systems__profile_small_opt_A100.sqlite")
     inside = opt.scalar(
         """SELECT count(*) FROM kernels k JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
            WHERE EXISTS (SELECT 1 FROM ranges r WHERE r.tid = a.tid AND regexp_matches(r.name, '^Optimizer[.].*#AdamW[.]')
@@ -224,7 +216,7 @@ def test_nsys_emit_nvtx_training_and_forward_only_runs() -> None:
     assert inside == 1776
     row = opt.sql("SELECT phase_source, gpu_time_ns, train_forward_ns, train_backward_ns, train_optimizer_ns FROM steps").rows()
     assert row == [("training:backward+optimizer", 148_432_641, 44_312_412, 92_291_501, 11_828_728)]
-    fwd = analyzed(NSYS / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite")
+    fwd = analysed(NSYS / "bolongcheng__assignment2-systems__profile_small_fwd_A100.sqlite")
     assert fwd.sql("SELECT phase, train_forward_ns FROM steps").rows() == [("unknown", None)]
 
 
@@ -388,15 +380,15 @@ def test_shared_traces_gap_steps_that_do_not_repeat_are_one_window() -> None:
     """nvFuser's test binary: 10 bursts of 10 different kernel heads (one window); alexnet: 18 bursts (6 of them
     copies only, which repeat nothing), 4 in a recurring kernel pattern (one window); Mordred: 3 identical bursts
     of build_GPU2 x3 + probe (3 steps)."""
-    fuser = analyzed(NSYS / "NVIDIA__Fuser__report3.sqlite")
+    fuser = analysed(NSYS / "NVIDIA__Fuser__report3.sqlite")
     assert fuser.sql("SELECT count(*), any_value(name), sum(kernels) FROM steps").rows() == [(1, "gpu span", 19)]
     assert "10 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (0 bursts" in fuser.scalar(
         "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
-    alexnet = analyzed(TORCH / "hta__critical_path_alexnet_a100.json.gz")
+    alexnet = analysed(TORCH / "hta__critical_path_alexnet_a100.json.gz")
     assert alexnet.scalar("SELECT count(*) FROM steps") == 1
     assert "18 GPU bursts between idle gaps over 1.000 ms, with 10 distinct kernel patterns (4 bursts" in alexnet.scalar(
         "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
-    mordred = analyzed(NSYS / "bwyogatama__Mordred-Deprecated__report1.sqlite")
+    mordred = analysed(NSYS / "bwyogatama__Mordred-Deprecated__report1.sqlite")
     assert mordred.sql("SELECT kernels FROM steps ORDER BY step_id")["kernels"].to_list() == [4, 4, 4]
 
 
@@ -405,7 +397,7 @@ def test_a_copy_only_burst_belongs_to_the_gap_window() -> None:
     """nsys-ai's mock capture, torch.zeros(16).sum() then .item(): two different kernels 18 ms apart, then the
     4-byte DtoH copy 4.2 ms later. The bursts do not repeat, so the rank is one window, and it holds the copy
     (a burst with no kernel has no kernel pattern, but it is still GPU work of the run)."""
-    mock = analyzed(NSYS / "GindaChen__nsys-ai__tests_fixtures_mock.sqlite")
+    mock = analysed(NSYS / "GindaChen__nsys-ai__tests_fixtures_mock.sqlite")
     ((copy_end,),) = mock.sql("SELECT max(end_ns) FROM memops").rows()
     assert mock.sql("SELECT count(*), max(end_ns) FROM steps").rows() == [(1, copy_end)]
     assert mock.sql("SELECT DISTINCT step_id FROM memops").rows() == [(0,)]

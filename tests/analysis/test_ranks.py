@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import DLRM_DIR, NSYS_TRACES, requires_shared, union_ns
+from commands import traceview_cli
+from conftest import DLRM_DIR, NSYS_TRACES, analysed, ingested, requires_shared, union_ns
 
 import fixtures_ranks as ddp
 
@@ -89,7 +88,7 @@ def test_a_directory_of_multi_process_exports_numbers_ranks_without_collisions(t
 @requires_shared
 @pytest.mark.parametrize("path", NSYS_TRACES, ids=lambda p: p.name)
 def test_a_single_process_export_stays_one_rank(path: Path) -> None:
-    trace = traceview.load(path)
+    trace = ingested(path)
     assert trace.sql("SELECT rank FROM trace_info").rows() == [(0,)]
     assert trace.scalar("SELECT count(*) FROM diagnostics WHERE code = 'ranks_from_processes'") == 0
     assert trace.scalar("SELECT count(DISTINCT pid) FROM kernels") <= 1
@@ -146,8 +145,7 @@ def test_tv402_names_the_straggler_and_prices_the_wait(straggler) -> None:
 
 def test_tv402_is_the_top_finding_of_check(straggler) -> None:
     _, _, path = straggler
-    result = subprocess.run([sys.executable, "-m", "traceview", "check", str(path), "--format", "json"],
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = traceview_cli("check", path, "--format", "json")
     findings = json.loads(result.stdout)["findings"]
     assert findings[0]["rule"] == "TV402", [(f["rule"], f["estimated_saving_ns"]) for f in findings[:4]]
     assert findings[0]["estimated_saving_ns"] == 40_000_000
@@ -185,7 +183,7 @@ def test_dlrm_8_rank_waits_match_the_raw_json() -> None:
             for rank, dur in durs.items():
                 expected[(name, i, rank)] = dur - shortest
             caused[min(durs, key=lambda r: (durs[r], r))] += sum(dur - shortest for dur in durs.values())
-    trace = traceview.load(DLRM_DIR).analyze()
+    trace = analysed(DLRM_DIR)
     got = {(name, n, rank): wait for name, n, rank, wait in
            trace.sql("SELECT name, occurrence, rank, wait_ns FROM collective_waits").rows()}
     assert got == expected and len(got) == 8 * 8

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, VLLM_H100, requires_shared
-from test_phases import analyzed
+from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
 from traceview.testing import GpuSpec, Kernel, Range, TraceSpec, write_kineto
 
 pytestmark = requires_shared
@@ -16,7 +15,7 @@ BOLONGCHENG_FWD = SHARED_TRACES / "nsys" / "bolongcheng__assignment2-systems__pr
 
 def test_addmm_flops_and_bytes_from_input_dims() -> None:
     """aten::addmm(bias [1024], x [8944, 1024], w [1024, 1024]) in bf16: 2·M·N·K FLOPs, operands once."""
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     row = trace.sql(
         """SELECT o.flops, o.bytes FROM op_costs o JOIN ranges r USING (rank, range_id)
            WHERE o.op = 'aten::addmm' AND r.input_dims = '[[1024],[8944,1024],[1024,1024],[],[]]' LIMIT 1"""
@@ -27,7 +26,7 @@ def test_addmm_flops_and_bytes_from_input_dims() -> None:
 
 
 def test_flash_attention_flops_from_query_and_key_shapes() -> None:
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     dims, flops = trace.sql(
         """SELECT r.input_dims, o.flops FROM op_costs o JOIN ranges r USING (rank, range_id)
            WHERE o.op = 'aten::_scaled_dot_product_flash_attention' LIMIT 1"""
@@ -37,7 +36,7 @@ def test_flash_attention_flops_from_query_and_key_shapes() -> None:
 
 
 def test_kernel_costs_share_their_op_by_time_and_phase_aggregates_are_sums() -> None:
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     op_total, kernel_total = trace.sql(
         """SELECT sum(o.flops), (SELECT sum(flops) FROM kernels WHERE op_range_id IS NOT NULL)
            FROM op_costs o WHERE o.range_id IN (SELECT op_range_id FROM kernels WHERE flops IS NOT NULL)"""
@@ -51,7 +50,7 @@ def test_kernel_costs_share_their_op_by_time_and_phase_aggregates_are_sums() -> 
 
 
 def test_a100_fp32_simt_gemms_against_the_fp32_roof() -> None:
-    trace = analyzed(BOLONGCHENG_FWD)
+    trace = analysed(BOLONGCHENG_FWD)
     spec, bandwidth = trace.sql(
         "SELECT d.spec_id, s.hbm_bytes_per_s FROM devices d JOIN gpu_specs s USING (spec_id)"
     ).rows()[0]
@@ -66,7 +65,7 @@ def test_a100_fp32_simt_gemms_against_the_fp32_roof() -> None:
 
 
 def test_per_kernel_roofline_never_exceeds_the_roof() -> None:
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     assert trace.scalar("SELECT max(pct_of_roof) FROM roofline_kernels") <= 100
     assert trace.scalar(
         "SELECT count(*) FROM roofline_kernels WHERE bound = 'compute' AND arithmetic_intensity < ridge"
@@ -75,7 +74,7 @@ def test_per_kernel_roofline_never_exceeds_the_roof() -> None:
 
 def test_gathers_read_only_the_rows_they_pick() -> None:
     """aten::embedding(weight [151936, 1024], ids [16, 559]) in bf16 moves the picked rows, not the table."""
-    trace = analyzed(HF_QWEN)
+    trace = analysed(HF_QWEN)
     row = trace.sql(
         """SELECT o.bytes FROM op_costs o JOIN ranges r USING (rank, range_id)
            WHERE o.op = 'aten::embedding' AND r.input_dims LIKE '[[151936,1024],[16,559]%'"""
@@ -139,7 +138,7 @@ def test_costs_above_the_roof_are_rejected_with_a_diagnostic_not_clamped(tmp_pat
 
 
 def test_vllm_h100_without_shapes_has_no_roofline_figure_anywhere() -> None:
-    trace = analyzed(VLLM_H100)
+    trace = analysed(VLLM_H100)
     for view in ("roofline_by_category", "roofline_by_phase", "roofline_by_step"):
         figures = trace.sql(f"SELECT count(*) FILTER (WHERE pct_of_roof IS NOT NULL OR achieved_tbps IS NOT NULL "
                             f"OR achieved_tflops IS NOT NULL OR bound IS NOT NULL), count(*) FROM {view}").rows()[0]
@@ -151,7 +150,7 @@ def test_vllm_h100_without_shapes_has_no_roofline_figure_anywhere() -> None:
 @pytest.mark.parametrize("path", VLLM_PIECEWISE, ids=lambda p: p.name)
 def test_vllm_kv_cache_writes_run_under_the_hbm_roof(path) -> None:
     """reshape_and_cache_flash writes the batch's slots, not the cache pool it is handed."""
-    trace = analyzed(path)
+    trace = analysed(path)
     roof = trace.scalar("SELECT DISTINCT s.hbm_bytes_per_s FROM kernels k JOIN devices d USING (rank, device_id) "
                         "JOIN gpu_specs s USING (spec_id)")
     assert roof == 5.3e12
@@ -169,7 +168,7 @@ def test_vllm_kv_cache_writes_run_under_the_hbm_roof(path) -> None:
                                   "tracelens__sglang_qwen3-8b_prefilldecode_mi300x.json.gz"])
 def test_rocm_traces_keep_their_mi300x_roofline(name) -> None:
     """Kernels on physical device ids still find the listed MI300X, so the phase is judged against its roof."""
-    trace = analyzed(SHARED_TRACES / "torch" / name)
+    trace = analysed(SHARED_TRACES / "torch" / name)
     assert trace.sql("SELECT DISTINCT d.spec_id FROM kernels k JOIN devices d USING (rank, device_id)").rows() == [("mi300x",)]
     categories = trace.sql("SELECT category, pct_of_roof, bound FROM roofline_by_category WHERE costed_time_ns > 0").rows()
     assert categories and all(pct is not None and 0 < pct <= 100 and bound for _, pct, bound in categories)

@@ -68,7 +68,7 @@ def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites
 @pytest.mark.parametrize("path, options", [
     (SAMPLE, {}), (SAMPLE, {"model": "llama-3-8b", "batch": 8, "context": 1024}), (NSYS_FWD, {}), (DLRM_DIR, {})],
     ids=["sample", "sample-model", "nsys", "dlrm-8-ranks"])
-def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, options, monkeypatch) -> None:
+def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, options, monkeypatch, all_cores) -> None:
     relations = ["kernels", "memops", "devices", "diagnostics", *sorted(
         relation.name for stage in pipeline.STAGES for relation in stage.creates if not relation.transient)]
 

@@ -9,7 +9,7 @@ import duckdb
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, VLLM_H100, requires_shared
+from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
 from traceview.analysis.steady import INIT_FAMILIES
 from traceview.testing import A100_80GB, ApiCall, Kernel, Range, TraceSpec, write_kineto, write_nsys
 
@@ -112,7 +112,7 @@ def test_init_families_match_driver_runtime_and_hip_names() -> None:
 def test_vllm_h100_is_steady_and_its_prefill_all_reduce_is_not_one_time() -> None:
     """The prefill step's NCCL all-reduces run in no other step, but it is the only prefill step: nothing says
     they would not recur, so they are not one-time; all 11 steps are steady, 9 of them decode."""
-    trace = traceview.load(VLLM_H100).analyze()
+    trace = analysed(VLLM_H100)
     assert trace.scalar("SELECT count(*) FROM init_windows") == 0
     assert trace.sql("SELECT DISTINCT state FROM step_states").rows() == [("steady",)]
     assert trace.sql("SELECT reason FROM step_states WHERE step_id = 0").rows() == [
@@ -125,7 +125,7 @@ def test_vllm_h100_is_steady_and_its_prefill_all_reduce_is_not_one_time() -> Non
 def test_graph_capture_trace_is_dominated_by_its_captures() -> None:
     """vLLM's piecewise graph capture on MI300X: each hipStreamBeginCapture pairs with the next
     hipStreamEndCapture of its thread; the captures lie between the 26 GPU bursts."""
-    trace = traceview.load(SHARED_TRACES / "torch" / "tracelens__vllm_prefilldecode_piecewise_graph_capture.pt.trace.json.gz").analyze()
+    trace = analysed(SHARED_TRACES / "torch" / "tracelens__vllm_prefilldecode_piecewise_graph_capture.pt.trace.json.gz")
     calls = trace.sql("SELECT tid, name, start_ns, end_ns FROM api_calls WHERE name LIKE 'hipStream%Capture' "
                       "ORDER BY tid, start_ns").rows()
     spans, open_at = [], {}

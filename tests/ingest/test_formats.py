@@ -5,12 +5,11 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
 import pytest
+from commands import traceview_cli
 from conftest import SHARED_TRACES, requires_shared
 
 from traceview import ingest
@@ -106,8 +105,7 @@ def test_the_shared_readme_is_not_a_trace() -> None:
 def test_the_cli_says_so_in_one_line_with_exit_2(name: str, tmp_path: Path) -> None:
     path = tmp_path / name
     path.write_bytes(NOT_TRACES[name])
-    result = subprocess.run([sys.executable, "-m", "traceview", "info", str(path)], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = traceview_cli("info", path)
     assert result.returncode == 2
     assert result.stderr.splitlines() == [f"traceview: {path}: {NOT_A_TRACE}"]
 

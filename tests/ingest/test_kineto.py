@@ -8,14 +8,14 @@ import json
 import pytest
 
 import traceview
-from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, load_cached, requires_shared
+from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, ingested, requires_shared
 
 pytestmark = requires_shared
 TORCH = SHARED_TRACES / "torch"
 
 
 def test_vllm_h100_graph_replays_and_exact_totals() -> None:
-    trace = load_cached(VLLM_H100)
+    trace = ingested(VLLM_H100)
     rows = dict(trace.con.execute("SELECT launch_kind, count(*) FROM kernels GROUP BY ALL").fetchall())
     assert rows == {"graph": 8667, "eager": 4841}
     assert trace.scalar("SELECT sum(dur_ns) FROM kernels") == 233_133_565
@@ -26,7 +26,7 @@ def test_vllm_h100_graph_replays_and_exact_totals() -> None:
 
 def test_vllm_h100_timestamps_are_exact_nanoseconds() -> None:
     """`ts` 3676599926928.728 µs after baseTimeNanoseconds is exactly ...928728 ns: no µs rounding."""
-    trace = load_cached(VLLM_H100)
+    trace = ingested(VLLM_H100)
     with gzip.open(VLLM_H100, "rt") as f:
         data = json.load(f)
     first = min((e for e in data["traceEvents"] if e.get("cat") == "kernel"), key=lambda e: e["ts"])
@@ -37,7 +37,7 @@ def test_vllm_h100_timestamps_are_exact_nanoseconds() -> None:
 
 
 def test_vllm_h100_metadata_devices_and_rank() -> None:
-    trace = load_cached(VLLM_H100)
+    trace = ingested(VLLM_H100)
     info = trace.sql("SELECT * FROM trace_info").to_dicts()[0]
     assert (info["rank"], info["world_size"], info["time_base"]) == (0, 4, "unix_epoch")
     devices = trace.sql("SELECT name, sm_count, compute_major FROM devices").rows()
@@ -46,13 +46,13 @@ def test_vllm_h100_metadata_devices_and_rank() -> None:
 
 def test_api_names_keep_their_own_version_suffix() -> None:
     """`_v2` is part of the CUDA API's name; only nsys's four-digit tags are stripped."""
-    names = set(load_cached(VLLM_H100).sql("SELECT DISTINCT name FROM api_calls")["name"])
+    names = set(ingested(VLLM_H100).sql("SELECT DISTINCT name FROM api_calls")["name"])
     assert "cudaStreamGetCaptureInfo_v2" in names
     assert {"cudaLaunchKernel", "cudaGraphLaunch", "cuLaunchKernel"} <= names
 
 
 def test_vllm_execute_model_windows_are_python_function_ranges() -> None:
-    trace = load_cached(VLLM_H100)
+    trace = ingested(VLLM_H100)
     windows = trace.scalar(
         "SELECT count(*) FROM ranges WHERE kind = 'python_function' AND name GLOB '*gpu_model_runner.py*: execute_model'"
     )
@@ -60,7 +60,7 @@ def test_vllm_execute_model_windows_are_python_function_ranges() -> None:
 
 
 def test_legacy_2021_categories_map_to_the_modern_schema() -> None:
-    trace = load_cached(TORCH / "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz")
+    trace = ingested(TORCH / "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz")
     assert trace.scalar("SELECT count(*) FROM kernels") == 8772
     assert trace.scalar("SELECT count(*) FROM kernels WHERE launch_api IS NULL") == 0
     assert trace.scalar("SELECT count(*) FROM ranges WHERE kind = 'cpu_op' AND external_id IS NOT NULL") == 23646
@@ -68,14 +68,14 @@ def test_legacy_2021_categories_map_to_the_modern_schema() -> None:
 
 
 def test_amd_hip_graph_replays_are_graph_launched() -> None:
-    trace = load_cached(TORCH / "tracelens__vllm_prefilldecode_piecewise_graph_execution.json.gz")
+    trace = ingested(TORCH / "tracelens__vllm_prefilldecode_piecewise_graph_execution.json.gz")
     rows = dict(trace.con.execute("SELECT launch_api, count(*) FROM kernels WHERE launch_kind = 'graph' GROUP BY ALL").fetchall())
     assert rows == {"hipGraphLaunch": 361}
     assert trace.scalar("SELECT name FROM devices LIMIT 1") == ""
 
 
 def test_cpu_only_trace_has_no_devices_and_says_so() -> None:
-    trace = load_cached(TORCH / "hta__cpu_only_rank34.json.gz")
+    trace = ingested(TORCH / "hta__cpu_only_rank34.json.gz")
     assert trace.scalar("SELECT count(*) FROM devices") == 0
     assert trace.scalar("SELECT rank FROM trace_info") == 34
     assert trace.scalar("SELECT world_size FROM trace_info") == 300
@@ -83,15 +83,15 @@ def test_cpu_only_trace_has_no_devices_and_says_so() -> None:
 
 def test_trace_with_lists_after_trace_events_keeps_its_metadata() -> None:
     """Some traces carry an INFO log list after traceEvents; the array end must not be taken from it."""
-    trace = load_cached(TORCH / "hta__triton_example_a100.json.gz")
+    trace = ingested(TORCH / "hta__triton_example_a100.json.gz")
     assert trace.scalar("SELECT count(*) FROM kernels") == 1
     assert trace.scalar("SELECT time_base FROM trace_info") == "unix_epoch"
 
 
 def test_rank_directory_is_one_database_with_a_rank_column() -> None:
-    trace = load_cached(DLRM_DIR)
+    trace = ingested(DLRM_DIR)
     per_rank = dict(trace.con.execute("SELECT rank, count(*) FROM kernels GROUP BY rank").fetchall())
-    expected = {rank: load_cached(path).scalar("SELECT count(*) FROM kernels")
+    expected = {rank: ingested(path).scalar("SELECT count(*) FROM kernels")
                 for rank, path in enumerate(sorted(DLRM_DIR.glob("worker*.json")))}
     assert per_rank == expected
     assert sum(per_rank.values()) == 245 + 310 + 246 + 315 + 251 + 245 + 246 + 246
@@ -112,6 +112,7 @@ def _contents(trace) -> dict[str, list[tuple]]:
     return {table: trace.con.execute(f"SELECT * FROM {table} ORDER BY ALL").fetchall() for table in TABLES}
 
 
+@pytest.mark.slow(seconds=20)
 @pytest.mark.parametrize("trace_path", [VLLM_H100, DLRM_DIR], ids=["vllm-h100", "dlrm-8-ranks"])
 def test_events_parsed_in_parts_give_the_same_tables_as_one_file(trace_path, monkeypatch) -> None:
     """Cutting the array into part files (parsed in parallel) must not change a single row."""
@@ -192,6 +193,7 @@ def test_a_trace_the_parts_cannot_parse_falls_back_to_the_file_and_its_repairs(t
     assert trace.scalar("SELECT name FROM kernels WHERE correlation_id = 5000") == "k\ufffd5000"
 
 
+@pytest.mark.slow
 def test_an_event_larger_than_the_parse_buffer_still_loads(tmp_path) -> None:
     """DuckDB's reader refuses records over its object-size limit; one huge `args` must not fail the trace."""
     import traceview

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import SHARED_TRACES, load_cached, requires_shared
+from conftest import SHARED_TRACES, ingested, requires_shared
 
 pytestmark = requires_shared
 NSYS = SHARED_TRACES / "nsys"
@@ -22,19 +22,19 @@ BOLONGCHENG_FWD = NSYS / "bolongcheng__assignment2-systems__profile_small_fwd_A1
     ],
 )
 def test_producer_version_from_either_metadata_table(name: str, version: str | None, schema: str | None) -> None:
-    info = load_cached(NSYS / name).sql("SELECT * FROM trace_info").to_dicts()[0]
+    info = ingested(NSYS / name).sql("SELECT * FROM trace_info").to_dicts()[0]
     assert (info["source_format"], info["producer_version"], info["schema_version"]) == ("nsys", version, schema)
 
 
 def test_runtime_names_lose_the_version_suffix() -> None:
-    trace = load_cached(BOLONGCHENG_FWD)
+    trace = ingested(BOLONGCHENG_FWD)
     assert trace.scalar(r"SELECT count(*) FROM api_calls WHERE regexp_matches(name, '_v[0-9]{4,}$')") == 0
     launches = dict(trace.con.execute("SELECT name, count(*) FROM api_calls WHERE is_launch GROUP BY ALL").fetchall())
     assert launches.get("cudaLaunchKernel", 0) > 0
 
 
 def test_every_kernel_links_to_a_launch_of_its_own_process() -> None:
-    trace = load_cached(BOLONGCHENG_FWD)
+    trace = ingested(BOLONGCHENG_FWD)
     assert trace.scalar("SELECT count(*) FROM kernels WHERE launch_api IS NULL OR tid IS NULL") == 0
     assert trace.scalar(
         """SELECT count(*) FROM kernels k JOIN api_calls a
@@ -43,13 +43,13 @@ def test_every_kernel_links_to_a_launch_of_its_own_process() -> None:
 
 
 def test_gpu_properties_from_target_info() -> None:
-    device = load_cached(BOLONGCHENG_FWD).sql("SELECT * FROM devices").to_dicts()[0]
+    device = ingested(BOLONGCHENG_FWD).sql("SELECT * FROM devices").to_dicts()[0]
     assert device["name"] == "NVIDIA A100-SXM4-40GB"
     assert (device["sm_count"], device["memory_bandwidth_bytes_per_s"], device["compute_major"]) == (108, 1_555_200_000_000, 8)
 
 
 def test_emit_nvtx_shapes_and_nesting() -> None:
-    trace = load_cached(BOLONGCHENG_FWD)
+    trace = ingested(BOLONGCHENG_FWD)
     row = trace.sql(
         "SELECT depth, input_dims FROM ranges WHERE name GLOB 'aten::bmm, op_id = *' ORDER BY start_ns LIMIT 1"
     ).to_dicts()[0]
@@ -59,13 +59,13 @@ def test_emit_nvtx_shapes_and_nesting() -> None:
 
 def test_nvtx_text_registered_through_text_id() -> None:
     """nsys 2023.1 stores every NVTX string in StringIds (textId), none in `text`."""
-    trace = load_cached(NSYS / "LeiWang1999__memfusion_artifact__report1.sqlite")
+    trace = ingested(NSYS / "LeiWang1999__memfusion_artifact__report1.sqlite")
     assert trace.scalar("SELECT count(*) FROM ranges") == 59
     assert trace.scalar("SELECT count(*) FROM ranges WHERE name = ''") == 0
 
 
 def test_failed_cuda_capture_keeps_the_capture_diagnostics() -> None:
-    trace = load_cached(NSYS / "lighttransport__gemm__profile.sqlite")
+    trace = ingested(NSYS / "lighttransport__gemm__profile.sqlite")
     codes = dict(trace.con.execute("SELECT code, count(*) FROM diagnostics GROUP BY ALL").fetchall())
     assert codes == {"diagnostic_event": 14, "no_kernels": 1}
     assert trace.scalar(
@@ -75,7 +75,7 @@ def test_failed_cuda_capture_keeps_the_capture_diagnostics() -> None:
 
 def test_post_export_mutated_kernel_table_reads_by_column_name() -> None:
     """DLProf appended columns to the kernel table after export; columns are read by name."""
-    trace = load_cached(NSYS / "MohanadOdema__DLProf__w_Relu_nsys_profile.sqlite")
+    trace = ingested(NSYS / "MohanadOdema__DLProf__w_Relu_nsys_profile.sqlite")
     assert trace.scalar("SELECT count(*) FROM kernels WHERE name = '' OR short_name = ''") == 0
 
 
@@ -87,7 +87,7 @@ def test_derived_short_names_match_nsys_short_names() -> None:
     pairs = {
         (name, short)
         for path in NSYS_TRACES
-        for name, short in load_cached(path).con.execute("SELECT DISTINCT name, short_name FROM kernels").fetchall()
+        for name, short in ingested(path).con.execute("SELECT DISTINCT name, short_name FROM kernels").fetchall()
     }
     assert len(pairs) == 133
     assert [(n, s) for n, s in pairs if short_kernel_name(n) != s] == []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KINETO_TRACES, NSYS_TRACES, load_cached, requires_shared, trace_id
+from conftest import KINETO_TRACES, NSYS_TRACES, ingested, requires_shared, trace_id
 
 pytestmark = requires_shared
 
@@ -39,21 +39,21 @@ def raw_kineto_kernels(path: Path) -> tuple[int, int]:
 
 @pytest.mark.parametrize("path", NSYS_TRACES, ids=trace_id)
 def test_nsys_kernel_count_and_time_match_raw_table(path: Path) -> None:
-    trace = load_cached(path)
+    trace = ingested(path)
     count, total = trace.con.execute("SELECT count(*), coalesce(sum(dur_ns), 0) FROM kernels").fetchall()[0]
     assert (count, int(total)) == raw_nsys_kernels(path)
 
 
 @pytest.mark.parametrize("path", KINETO_TRACES, ids=trace_id)
 def test_kineto_kernel_count_and_time_match_raw_events(path: Path) -> None:
-    trace = load_cached(path)
+    trace = ingested(path)
     count, total = trace.con.execute("SELECT count(*), coalesce(sum(dur_ns), 0) FROM kernels").fetchall()[0]
     assert (count, int(total)) == raw_kineto_kernels(path)
 
 
 @pytest.mark.parametrize("path", NSYS_TRACES + KINETO_TRACES, ids=trace_id)
 def test_every_trace_without_kernels_says_so_in_diagnostics(path: Path) -> None:
-    trace = load_cached(path)
+    trace = ingested(path)
     kernels = trace.scalar("SELECT count(*) FROM kernels")
     no_kernel_notes = trace.scalar("SELECT count(*) FROM diagnostics WHERE code = 'no_kernels'")
     assert (kernels == 0) == (no_kernel_notes == 1)

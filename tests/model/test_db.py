@@ -20,10 +20,10 @@ def test_metadata_rows_insert_in_batches_as_given() -> None:
 
 
 @requires_shared
-def test_statements_run_side_by_side_and_on_one_thread_each_only_below_one_row_group() -> None:
+def test_statements_run_side_by_side_and_on_one_thread_each_only_below_one_row_group(all_cores: int) -> None:
     default_threads = duckdb.connect().execute("SELECT current_setting('threads')").fetchall()[0][0]
     with traceview.load(REPO / "sample_traces" / "llm_serving.pt.trace.json.gz") as sample:
-        assert db.side_by_side(sample.con) == memory.cores()  # 2,480 kernels
+        assert db.side_by_side(sample.con) == memory.cores() == all_cores  # 2,480 kernels
         assert sample.scalar("SELECT current_setting('threads')") == 1
     with traceview.load(VLLM_H100) as vllm:
         assert vllm.scalar("SELECT count(*) FROM ranges") > db.ROW_GROUP_ROWS  # 128,521 host ranges

@@ -7,8 +7,10 @@ from __future__ import annotations
 import copy
 import html as htmllib
 import json
+import pickle
 import re
 import statistics
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,8 +18,8 @@ import pytest
 from markupsafe import escape
 
 import traceview
-from conftest import REPO, SHARED_TRACES
-from test_html import HOSTILE, JSON_BLOCK, assert_charts_render, assert_offline, chart_rows, chromium, visible_text  # noqa: F401
+from conftest import REPO, SHARED_TRACES, built_once, reported
+from test_html import HOSTILE, JSON_BLOCK, assert_charts_render, assert_offline, chart_rows, visible_text
 from traceview import units
 from traceview.diff import build_diff, conclude
 from traceview.report import diff_html
@@ -110,13 +112,17 @@ def mean_step(reports: list[dict], phase: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def serving(tmp_path_factory) -> tuple[list[dict], list[dict]]:
-    """Reports of 3 runs a side of one serving workload; head's decode steps are 7% slower."""
-    directory = tmp_path_factory.mktemp("diff_serving")
-    sides = {"base": serving_runs(RUNS, seed=1, decode_steps=8),
-             "head": serving_runs(RUNS, seed=2, decode_steps=8, change_pct={"decode": DECODE_CHANGE_PCT})}
-    base, head = ([report(write_kineto(spec, directory / f"{name}{i}.json.gz")) for i, spec in enumerate(specs_)]
-                  for name, specs_ in sides.items())
+def serving() -> tuple[list[dict], list[dict]]:
+    """Reports of 3 runs a side of one serving workload; head's decode steps are 7% slower. Built once a session."""
+    def build(target: Path) -> None:
+        with tempfile.TemporaryDirectory() as directory:
+            sides = {"base": serving_runs(RUNS, seed=1, decode_steps=8),
+                     "head": serving_runs(RUNS, seed=2, decode_steps=8, change_pct={"decode": DECODE_CHANGE_PCT})}
+            reports = [[report(write_kineto(spec, Path(directory) / f"{name}{i}.json.gz")) for i, spec in enumerate(runs)]
+                       for name, runs in sides.items()]
+        target.write_bytes(pickle.dumps(reports))
+
+    base, head = pickle.loads(built_once("diff-html-serving.pickle", build).read_bytes())
     return base, head
 
 
@@ -138,7 +144,7 @@ def no_split(serving: tuple[list[dict], list[dict]]) -> tuple[dict, str]:
 def fuser() -> tuple[dict, str]:
     if not (FUSER_BASE.is_file() and FUSER_HEAD.is_file()):
         pytest.skip("../shared/traces is not present")
-    diff = build_diff([report(FUSER_BASE)], [report(FUSER_HEAD)])
+    diff = build_diff([reported(FUSER_BASE)[1]], [reported(FUSER_HEAD)[1]])
     return diff, diff_html.render(diff)
 
 

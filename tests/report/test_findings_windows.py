@@ -9,13 +9,12 @@ from pathlib import Path
 import pytest
 
 import traceview
-from conftest import VLLM_H100, requires_shared
+from conftest import VLLM_H100, corpus, reported, requires_shared
 from traceview import workflow
 from traceview.report import html, markdown
 from traceview.report.finding_windows import finding_windows
 from traceview.testing import GpuSpec, Kernel, Range, TraceSpec, write_kineto
 from traceview.units import duration
-from test_corpus import corpus  # every shared trace, a directory of ranks as one job
 
 MS, US = 1_000_000, 1_000
 H100 = GpuSpec("NVIDIA H100 80GB HBM3", 132, 85_899_345_920, 9, 0, memory_bandwidth_bytes_per_s=3_352_000_000_000)
@@ -158,8 +157,7 @@ def test_the_verdict_says_what_is_slow_which_wall_and_what_to_do(stall) -> None:
 @requires_shared
 def test_vllm_findings_point_at_steps_and_the_verdict_names_decode() -> None:
     """vLLM TP4 rank 0: decode's 9 steps hold most step time; TV202 points at its costliest decode step."""
-    trace = traceview.load(VLLM_H100).analyze()
-    data = workflow.report(trace, workflow.CheckOptions.configured(baseline=False))
+    trace, data = reported(VLLM_H100)
     walls = dict(trace.sql("SELECT phase, sum(end_ns - start_ns) FROM steps GROUP BY phase").rows())
     share = 100 * walls["decode"] / sum(walls.values())
     assert data["verdict"][0].startswith(f"Decode steps take {share:.0f}% of the step time (9 steps, "
@@ -173,7 +171,6 @@ def test_vllm_findings_point_at_steps_and_the_verdict_names_decode() -> None:
 @pytest.mark.parametrize("path", corpus(), ids=lambda p: p.name)
 def test_no_message_or_verdict_states_a_zero(path: Path) -> None:
     """Every finding message and verdict line on every shared trace: no zero-valued part, no bare n/a."""
-    trace = traceview.load(path).analyze()
-    data = workflow.report(trace, workflow.CheckOptions.configured(baseline=False))
+    _, data = reported(path)
     texts = [f"{f['rule']}: {f['message']}" for f in data["findings"]] + [f"verdict: {line}" for line in data["verdict"]]
     assert [(text, ZERO_PARTS.findall(text)) for text in texts if ZERO_PARTS.search(text)] == []

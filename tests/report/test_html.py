@@ -6,9 +6,7 @@ import contextlib
 import copy
 import html as htmllib
 import json
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
@@ -18,7 +16,7 @@ import pytest
 from markupsafe import escape
 
 import traceview
-from conftest import REPO, SHARED_TRACES, VLLM_H100, requires_shared
+from conftest import REPO, SHARED_TRACES, VLLM_H100, reported, requires_shared
 from traceview.report import charts, html
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
@@ -47,7 +45,7 @@ def sample() -> tuple[dict, str]:
 def vllm() -> tuple[dict, str]:
     if not VLLM_H100.is_file():
         pytest.skip("../shared/traces is not present")
-    data = report_data(VLLM_H100)
+    _, data = reported(VLLM_H100)
     return data, html.render(data)
 
 
@@ -55,7 +53,7 @@ def vllm() -> tuple[dict, str]:
 def no_gpu() -> tuple[dict, str]:
     if not NO_GPU.is_file():
         pytest.skip("../shared/traces is not present")
-    data = report_data(NO_GPU)
+    _, data = reported(NO_GPU)
     return data, html.render(data)
 
 
@@ -181,7 +179,7 @@ def test_vllm_h100_report_is_small_and_says_costs_are_missing(vllm: tuple[dict, 
 
 @requires_shared
 def test_qwen_roofline_places_costed_kernels() -> None:
-    data = report_data(QWEN)
+    _, data = reported(QWEN)
     spec = charts.roofline(data).to_dict()
     rows = chart_rows(spec)
     assert len([r for r in rows if "name" in r]) == len(data["roofline"]["kernels"]) > 100
@@ -330,23 +328,6 @@ def test_evidence_values_carry_units() -> None:
 
 
 # -- in a browser ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    """Headless Chromium; installed once with apt-get when missing and running as root, else skipped."""
-    path = shutil.which("chromium")
-    if path is None and hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get"):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        try:
-            subprocess.run("apt-get update -qq && apt-get install -y -qq chromium", shell=True, env=env,
-                           capture_output=True, timeout=600, check=False)
-        except subprocess.TimeoutExpired:
-            pass
-        path = shutil.which("chromium")
-    if path is None:
-        pytest.skip("headless Chromium is not available (Debian: apt-get install -y chromium, as root)")
-    return path
 
 
 def run_chromium(binary: str, page: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from traceview.errors import TraceviewError
-from traceview.memory import cores
+from conftest import MACHINE_CPUS
 from traceview.report import DOCUMENTS, REPORT, _InWorker
 
 FORMATS = [(registry, renderer) for registry in DOCUMENTS.values() for renderer in registry.renderers.values()]
@@ -71,8 +71,8 @@ def sample_report() -> dict:
         return workflow.report(trace, workflow.CheckOptions.configured())
 
 
-@pytest.mark.skipif(cores() < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
-def test_the_html_rendered_in_its_own_process_is_the_page_rendered_here(sample_report: dict) -> None:
+@pytest.mark.skipif(len(MACHINE_CPUS) < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
+def test_the_html_rendered_in_its_own_process_is_the_page_rendered_here(sample_report: dict, all_cores) -> None:
     from traceview.report import html
 
     started = REPORT["html"].start()
@@ -81,8 +81,8 @@ def test_the_html_rendered_in_its_own_process_is_the_page_rendered_here(sample_r
     assert started.process.returncode == 0
 
 
-@pytest.mark.skipif(cores() < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
-def test_a_failure_in_the_renderers_process_is_raised_here_and_no_document_ends_it_quietly(sample_report) -> None:
+@pytest.mark.skipif(len(MACHINE_CPUS) < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
+def test_a_failure_in_the_renderers_process_is_raised_here_and_no_document_ends_it_quietly(sample_report, all_cores) -> None:
     broken = replace(REPORT["html"], function="no_such_function").start()
     with pytest.raises(RuntimeError, match="^AttributeError rendering html: .*no_such_function") as raised:
         broken(sample_report)

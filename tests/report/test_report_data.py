@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from importlib import resources
 from pathlib import Path
 
@@ -13,24 +11,29 @@ import pytest
 from markupsafe import escape
 
 import traceview
-from conftest import NSYS_TRACES, KINETO_TRACES, DLRM_DIR, VLLM_H100, requires_shared, trace_id, union_ns
+from commands import traceview_cli
+from conftest import DLRM_DIR, KINETO_TRACES, NSYS_TRACES, VLLM_H100, reported, requires_shared, trace_id, union_ns
 from traceview.report import html, json_report, markdown
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "llm_serving.pt.trace.json.gz"
 SCHEMA = json.loads(resources.files("traceview.report").joinpath("schema.json").read_text())
+# each Kineto file once; of the 8 rank files of the DLRM job (reported whole as DLRM_DIR), the first stands for
+# reading one rank of a job on its own
+ONE_FILE_A_JOB = [p for p in KINETO_TRACES if p.parent != DLRM_DIR] + [p for p in KINETO_TRACES if p.parent == DLRM_DIR][:1]
 
 
 def report_for(path: Path) -> tuple[traceview.Trace, dict]:
+    """A generated trace's report, built here (a real trace's comes from the session: `reported`)."""
     trace = traceview.load(path).analyze()
     return trace, build_report(trace.con, check(trace.con, load_rules(), RuleConfig()), traceview.__version__)
 
 
 @requires_shared
-@pytest.mark.parametrize("path", NSYS_TRACES + KINETO_TRACES + [DLRM_DIR], ids=trace_id)
+@pytest.mark.parametrize("path", NSYS_TRACES + ONE_FILE_A_JOB + [DLRM_DIR], ids=trace_id)
 def test_report_json_is_schema_valid_for_every_real_trace(path: Path) -> None:
-    trace, data = report_for(path)
+    trace, data = reported(path)
     jsonschema.validate(json.loads(json_report.render(data)), SCHEMA)
     assert data["summary"]["kernels"] == trace.scalar("SELECT count(*) FROM kernels")
     assert data["summary"]["kernel_time_ns"] == (trace.scalar("SELECT coalesce(sum(dur_ns), 0) FROM kernels"))
@@ -44,7 +47,7 @@ def test_report_json_is_schema_valid_for_every_real_trace(path: Path) -> None:
 
 @requires_shared
 def test_vllm_h100_report_values() -> None:
-    trace, data = report_for(VLLM_H100)
+    trace, data = reported(VLLM_H100)
     summary = data["summary"]
     assert (summary["kernels"], summary["kernel_time_ns"], summary["graph_kernels"]) == (13_508, 233_133_565, 8_667)
     assert summary["gpu_idle_pct"] == pytest.approx(10.88, abs=0.005)  # hand-checked, no timestamp rounding
@@ -53,11 +56,8 @@ def test_vllm_h100_report_values() -> None:
     assert (phases["decode"]["steps"], phases["decode"]["bound"]) == (9, "memory")
     assert [s["phase"] for s in data["steps"]] == ["prefill"] + ["decode"] * 9 + ["empty"]
     rendered = json.loads(json_report.render(data))
-    query = subprocess.run(
-        [sys.executable, "-m", "traceview", "query", str(VLLM_H100),
-         "SELECT step_id, phase, gpu_time_ns, kernels FROM steps ORDER BY step_id", "--format", "json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    query = traceview_cli("query", VLLM_H100, "SELECT step_id, phase, gpu_time_ns, kernels FROM steps ORDER BY step_id",
+                          "--format", "json")
     assert [{k: s[k] for k in ("step_id", "phase", "gpu_time_ns", "kernels")} for s in rendered["steps"]] \
         == json.loads(query.stdout)
 
@@ -121,7 +121,7 @@ def test_copies_are_not_gpu_busy(tmp_path: Path) -> None:
 @requires_shared
 def test_kernel_busy_and_communication_overlap_on_vllm_h100() -> None:
     """Kernel-only busy time and comm overlap, recomputed here in Python from the kernels' intervals."""
-    trace, data = report_for(VLLM_H100)
+    trace, data = reported(VLLM_H100)
     rows = trace.con.execute("SELECT start_ns, end_ns, category = 'communication' FROM kernels").fetchall()
     kernel_busy = union_ns([(lo, hi) for lo, hi, _ in rows])
     comm = union_ns([(lo, hi) for lo, hi, c in rows if c])
@@ -139,7 +139,7 @@ def test_kernel_busy_and_communication_overlap_on_vllm_h100() -> None:
 @requires_shared
 def test_phases_without_costs_say_na_and_why() -> None:
     """vLLM's trace has no input shapes: no phase gets a % of roof, and every renderer says why."""
-    _, data = report_for(VLLM_H100)
+    _, data = reported(VLLM_H100)
     for phase in data["phases"]:
         assert (phase["pct_of_roof"], phase["achieved_tflops"], phase["achieved_tbps"]) == (None, None, None)
         assert phase["roofline_gap"].startswith("no shapes recorded")
@@ -150,8 +150,7 @@ def test_phases_without_costs_say_na_and_why() -> None:
     assert "| decode | 9 |" in text and "| memory (phase rule) | n/a | n/a | n/a |" in text
     assert "No roofline figure for prefill and decode: no shapes recorded" in text
     assert "no shapes recorded" in html.render(data)
-    info = subprocess.run([sys.executable, "-m", "traceview", "info", str(VLLM_H100)],
-                          capture_output=True, text=True, timeout=300)
+    info = traceview_cli("info", VLLM_H100)
     assert "decode: 9 steps, kernels busy 149.423 ms" in info.stdout and "% of roof n/a (no shapes recorded" in info.stdout
     assert "100% of roof" not in info.stdout and "0% of roof" not in info.stdout
 

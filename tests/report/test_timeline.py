@@ -6,8 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
-import sys
 from collections import defaultdict
 from importlib import resources
 from pathlib import Path
@@ -16,8 +14,9 @@ import jsonschema
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, VLLM_H100, requires_shared
-from test_html import assert_charts_render, chart_rows, chromium, run_chromium  # noqa: F401 (chromium: a fixture)
+from commands import traceview_cli
+from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
+from test_html import assert_charts_render, chart_rows, run_chromium
 from traceview.errors import TraceviewError
 from traceview.report import charts, html, json_report, timeline
 from traceview.report.data import build_report
@@ -33,9 +32,11 @@ SCALES = tuple(1.6 if i == SLOW_PREFILL else 2.5 if i == SLOW_DECODE else 1.0 fo
 
 def report_data(path: Path, focus: FocusStep | None = None) -> tuple[traceview.Trace, dict]:
     trace = traceview.load(path).analyze()
-    result = check(trace.con, load_rules(), RuleConfig())
-    data = build_report(trace.con, result, traceview.__version__, focus_step=focus)
-    return trace, data
+    return trace, report_of(trace, focus)
+
+
+def report_of(trace: traceview.Trace, focus: FocusStep | None = None) -> dict:
+    return build_report(trace.con, check(trace.con, load_rules(), RuleConfig()), traceview.__version__, focus_step=focus)
 
 
 @pytest.fixture(scope="module", params=["kineto", "nsys"])
@@ -265,11 +266,6 @@ def test_timeline_colours_match_the_category_chart(served) -> None:
 # -- the command line -----------------------------------------------------------------------------
 
 
-def traceview_cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
-
-
 def test_focus_step_flag_adds_the_step_and_a_bad_one_is_one_line(tmp_path: Path) -> None:
     trace = write_kineto(llm_serving_spec(), tmp_path / "serve.json.gz")
     result = traceview_cli("report", trace, "--format", "json", "-o", tmp_path / "r.json", "--focus-step", "0:7")
@@ -304,7 +300,7 @@ def console_problems(stderr: str) -> list[str]:
 @pytest.mark.parametrize(("path", "focus"), [(VLLM_H100, FocusStep(None, 10)), (BOLONGCHENG_OPT, None)],
                          ids=lambda p: p.name if isinstance(p, Path) else str(p))
 def test_timeline_draws_in_headless_chromium(path: Path, focus: FocusStep | None, chromium: str, tmp_path: Path) -> None:
-    _, data = report_data(path, focus)
+    data = report_of(analysed(path), focus)
     steps = [s for s in data["timeline"]["steps"] if s["lanes"]]
     bars = {charts.timeline_chart_name(s): sum(len(s[k]) for k in ("kernels", "memops", "calls", "gaps")) for s in steps}
     assert steps and max(bars.values()) <= timeline.MAX_MARKS
@@ -331,7 +327,7 @@ def test_each_mark_sees_the_latest_end_before_it_on_its_own_lane_only() -> None:
     """The merge's one sorted, streamed pass packs each lane's running max of ends with the lane; on a real
     training step (11 k marks on host, idle and stream lanes) it equals a window partitioned by lane, and the
     order it numbers is the lane's start order."""
-    trace = traceview.load(BOLONGCHENG_OPT).analyze()
+    trace = analysed(BOLONGCHENG_OPT)
     step = next(s for s in timeline._chosen(trace.con, None) if s["kernels"] + s["memops"] > 0)
     streamed = f"WITH {timeline._MARKS}, {timeline._ORDERED} SELECT lane, kind, seq, pos, prev_end_ns FROM ordered"
     partitioned = f"""

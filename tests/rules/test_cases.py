@@ -18,7 +18,7 @@ import pytest
 import importlib
 
 import traceview
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, analysed, built_once
 from traceview.rules import RuleConfig, check, load_rules
 from traceview.testing import write_kineto, write_nsys
 
@@ -42,29 +42,23 @@ def _cases() -> list:
     return params
 
 
-_traces: dict[tuple, traceview.Trace] = {}
-
-
-def _trace(case: dict, tmp_path_factory) -> traceview.Trace:
-    options = case.get("options", {})
-    key = (case.get("trace"), case.get("fixture"), case.get("format"), tuple(sorted(options.items())))
-    if key not in _traces:
-        if "trace" in case:
-            path = SHARED_TRACES / case["trace"]
-            if not path.exists():
-                pytest.skip(f"{path} is not present")
-        else:
-            spec = FIXTURES[case["fixture"]]()
-            directory = tmp_path_factory.mktemp("rule-case")
-            writer, name = (write_nsys, "t.sqlite") if case.get("format") == "nsys" else (write_kineto, "t.json.gz")
-            path = writer(spec, directory / name)
-        _traces[key] = traceview.load(path).analyze(**options)
-    return _traces[key]
+def _trace(case: dict) -> traceview.Trace:
+    """The case's trace analysed with its options, once a session: a shared trace, or a generator fixture's
+    trace written once into the session's store."""
+    if "trace" in case:
+        path = SHARED_TRACES / case["trace"]
+        if not path.exists():
+            pytest.skip(f"{path} is not present")
+    else:
+        writer, suffix = (write_nsys, "sqlite") if case.get("format") == "nsys" else (write_kineto, "json.gz")
+        path = built_once(f"rule-cases/{case['fixture']}.{suffix}",
+                          lambda target: writer(FIXTURES[case["fixture"]](), target))
+    return analysed(path, **case.get("options", {}))
 
 
 @pytest.mark.parametrize(("rule_id", "kind", "case"), _cases())
-def test_rule_case(rule_id: str, kind: str, case: dict, tmp_path_factory) -> None:
-    trace = _trace(case, tmp_path_factory)
+def test_rule_case(rule_id: str, kind: str, case: dict) -> None:
+    trace = _trace(case)
     config = RuleConfig(select=(rule_id,), params={f"{rule_id}.{k}": v for k, v in case.get("params", {}).items()})
     result = check(trace.con, [RULES[rule_id]], config)
     assert not [s for s in result.skipped if s.reason.startswith("rule failed")], result.skipped

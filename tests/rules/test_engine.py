@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES, requires_shared
+from commands import traceview_cli
+from conftest import SHARED_TRACES, analysed, requires_shared
 from traceview.errors import TraceviewError
 from traceview.rules import RuleConfig, check, find_config, load_config, load_rule, load_rules, with_flags
 from traceview.rules.engine import format_message
@@ -116,17 +115,12 @@ def test_skipped_rules_say_why(serving: traceview.Trace) -> None:
 def test_the_capture_notes_of_a_trace_without_kernels_are_listed_in_one_order() -> None:
     """TV101 quotes the capture's distinct warnings; their order was the hash table's, which changed with
     DuckDB's thread count, so the finding's text differed from run to run. Now sorted."""
-    trace = traceview.load(SHARED_TRACES / "nsys" / "lighttransport__gemm__profile.sqlite").analyze()
+    trace = analysed(SHARED_TRACES / "nsys" / "lighttransport__gemm__profile.sqlite")
     [finding] = [f for f in check(trace.con, load_rules(), RuleConfig()).findings if f.rule == "TV101"]
     notes = finding.evidence["diagnostics"].split(" | ")
     assert len(notes) == 5 and notes == sorted(notes)
     assert notes[0] == "Installed CUDA driver version (13.3) is not supported by this build of Nsight Systems. " \
                        "CUDA trace will be collected using libraries for driver version 12.9"
-
-
-def traceview_cli(*args: object) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
-                          timeout=300)
 
 
 @requires_shared

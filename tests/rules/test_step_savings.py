@@ -15,7 +15,7 @@ from itertools import groupby
 import pytest
 
 import traceview
-from conftest import SHARED_TRACES
+from conftest import SHARED_TRACES, analysed
 from traceview.rules import RuleConfig, load_rules
 from traceview.rules.engine import Finding, run_rule
 
@@ -25,17 +25,11 @@ H100_FP32_PEAK = 66.9e12
 H100_HBM = 3.35e12  # bytes/s
 A100_FP32_OVER_TF32 = 19.5 / 156  # A100 dense FP32 vs TF32 TFLOP/s
 
-_traces: dict[tuple, traceview.Trace] = {}
-
-
 def _trace(name: str, **options) -> traceview.Trace:
-    key = (name, tuple(sorted(options.items())))
-    if key not in _traces:
-        path = SHARED_TRACES / name
-        if not path.exists():
-            pytest.skip(f"{path} is not present")
-        _traces[key] = traceview.load(path).analyze(**options)
-    return _traces[key]
+    path = SHARED_TRACES / name
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    return analysed(path, **options)
 
 
 def _findings(trace: traceview.Trace, rule_id: str, **params) -> list[Finding]:
