@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +44,19 @@ def test_report_json_is_schema_valid_for_every_real_trace(path: Path) -> None:
     assert len(page) < 3_000_000 and str(escape(data["verdict"][0].split(":")[0])) in page
     if not data["summary"]["kernels"]:
         assert "no GPU kernels" in page
+
+
+@requires_shared
+def test_markdown_and_html_list_the_findings_in_rank_order() -> None:
+    """Each renderer's findings table holds the report's findings in its order, the top one first: a renderer that
+    skipped or reordered one would hide the fix that saves most."""
+    _, data = reported(VLLM_H100)
+    rules = [f["rule"] for f in data["findings"]]
+    assert len(rules) >= 2
+    table = [re.match(r"\| (TV\d{3}) \| ", line) for line in markdown.render(data).splitlines()]
+    assert [m.group(1) for m in table if m] == rules[:markdown.TOP_FINDINGS]
+    rows = re.findall(r'<a href="#finding-(\d+)"><code>(TV\d{3})</code></a>', html.render(data))
+    assert rows == [(str(i), rule) for i, rule in enumerate(rules, 1)]
 
 
 @requires_shared
