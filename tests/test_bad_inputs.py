@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from commands import Ran, traceview_cli, traceview_process
-from conftest import DLRM_DIR, KINETO_TRACES, NSYS_TRACES, SHARED_TRACES, corpus_audit, requires_shared
+from conftest import DLRM_DIR, KINETO_TRACES, NSYS_TRACES, SHARED_TRACES, checksums, corpus_audit, requires_shared
 from traceview.testing import Range, llm_serving_spec, write_kineto, write_nsys
 
 from test_html import run_chromium
@@ -265,16 +264,11 @@ def test_kernels_without_launch(kineto_text: bytes, tmp_path: Path) -> None:
 def test_reading_a_shared_trace_never_modifies_it(trace: Path, tmp_path: Path) -> None:
     """report, ingest and query each read the trace itself (no ingest cache); the session also checks every
     shared file before and after the whole run (conftest.py)."""
-    folder = trace if trace.is_dir() else trace.parent
-
-    def state() -> dict[str, str]:  # nothing written to, nothing new beside it (no -journal, no -wal)
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
-
-    before = state()
+    before = checksums()  # nothing written to, nothing new beside it (no -journal, no -wal)
     assert traceview_cli("report", trace, "-o", tmp_path / "report.html", cache=False).returncode == 0
     assert traceview_cli("ingest", trace, "-o", tmp_path / "trace.duckdb", cache=False).returncode == 0
     assert traceview_cli("query", trace, "SELECT count(*) FROM kernels", cache=False).returncode == 0
-    assert state() == before
+    assert checksums() == before
 
 
 @requires_shared
