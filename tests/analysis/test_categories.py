@@ -7,7 +7,7 @@ import pytest
 
 from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
 from traceview.analysis import categories
-from traceview.analysis.categories import CATEGORIES, DTYPES, classify_kernels, labelled_kernels_sql, load_patterns
+from traceview.analysis.categories import CATEGORIES, DTYPES, classify_kernels, load_patterns
 from traceview.model import db
 
 try:
@@ -29,7 +29,7 @@ def classify_names(names: list[str]) -> dict[str, tuple[str, str | None, str | N
     con.executemany("INSERT INTO kernels (rank, kernel_id, name, short_name, dur_ns) VALUES (0, ?, ?, ?, 1)",
                     [[i, n, db.short_kernel_name(n)] for i, n in enumerate(dict.fromkeys(names))])
     classify_kernels(con)
-    rows = con.execute(f"SELECT name, category, dtype, attention_phase_hint FROM ({labelled_kernels_sql()})").fetchall()
+    rows = con.execute("SELECT name, category, dtype, attention_phase_hint FROM labelled_kernels").fetchall()
     return {name: (category, dtype, hint) for name, category, dtype, hint in rows}
 
 
@@ -199,7 +199,7 @@ def test_custom_patterns_file_drives_the_labels(tmp_path) -> None:
     db.create_schema(con)
     con.execute("INSERT INTO kernels (name, short_name) VALUES ('void ns::my_mm<e4m3>(int)', 'my_mm'), ('gemm', NULL)")
     classify_kernels(con, path)
-    assert con.execute(f"SELECT name, category, dtype FROM ({labelled_kernels_sql()}) ORDER BY name").fetchall() == [
+    assert con.execute("SELECT name, category, dtype FROM labelled_kernels ORDER BY name").fetchall() == [
         ("gemm", "other", None), ("void ns::my_mm<e4m3>(int)", "gemm", "fp8")]
     assert con.execute("SELECT * FROM category_patterns").fetchall() == [(0, "gemm", "short_name", "^my_mm$", None)]
 

@@ -43,6 +43,7 @@ def assemble(con: duckdb.DuckDBPyConnection) -> None:
         FROM memops m LEFT JOIN memop_steps s ON s.rank = m.rank AND s.memop_id = m.memop_id
         """
     )
+    con.execute("DROP VIEW labelled_kernels")
     for table in TRANSIENT:
         con.execute(f"DROP TABLE {table}")
 
@@ -53,5 +54,5 @@ STAGE = Stage(
         "add (`categories`, `kernel_costs`, `steps`), joined once.",
     requires=("kernels", "memops", "kernel_name_labels", "kernel_costs", "kernel_steps", "memop_steps", "steps"),
     run=lambda con, context: assemble(con),
-    rewrites=("kernels", "memops", *TRANSIENT),
+    rewrites=("kernels", "memops", "labelled_kernels", *TRANSIENT),
 )

@@ -32,7 +32,6 @@ __all__ = [
     "PHASE_HINTS",
     "Rule",
     "classify_kernels",
-    "labelled_kernels_sql",
     "load_patterns",
 ]
 
@@ -181,16 +180,17 @@ def classify_kernels(con: duckdb.DuckDBPyConnection, path: str | Path = PATTERNS
         LEFT JOIN dtype_patterns d ON d.priority = m.dtype_rule
         """
     )
-
-
-def labelled_kernels_sql() -> str:
-    """Kernels (their ingested columns) with their labels, for the stages before `kernels` is assembled."""
-    contract = ", ".join(f"k.{column}" for column in db.contract_columns("kernels"))
-    return f"""
-        SELECT {contract}, l.category, l.dtype, l.attention_phase_hint
+    con.execute(
+        """
+        CREATE OR REPLACE VIEW labelled_kernels AS
+        SELECT k.rank, k.kernel_id, k.device_id, k.stream_id, k.pid, k.tid, k.start_ns, k.end_ns, k.dur_ns, k.name,
+               k.short_name, k.grid_x, k.grid_y, k.grid_z, k.block_x, k.block_y, k.block_z, k.registers_per_thread,
+               k.shared_memory_bytes, k.correlation_id, k.launch_kind, k.launch_api, k.launch_call_id, k.graph_id,
+               k.graph_node_id, k.external_id, l.category, l.dtype, l.attention_phase_hint
         FROM kernels k JOIN kernel_name_labels l
           ON coalesce(k.name, '') = l.name_key AND coalesce(k.short_name, '') = l.short_key
-    """
+        """
+    )
 
 
 LABEL_COLUMNS = {
@@ -220,6 +220,9 @@ STAGE = Stage(
             "priority": "order of the pattern in categories.toml (first match wins)",
             "dtype": "the label it gives ('none': stop and leave dtype NULL)",
             "field": "`name` or `short_name`", "pattern": "RE2 regex"}),
+        Relation("labelled_kernels", "kernel, for the stages before `kernels` is assembled", {
+            **{column: f"`kernels.{column}`" for column in db.contract_columns("kernels")}, **LABEL_COLUMNS},
+            view=True, transient=True),
     ),
     adds=(Columns("kernels", LABEL_COLUMNS),),
     run=lambda con, context: classify_kernels(con),

@@ -17,7 +17,6 @@ from importlib import resources
 
 import duckdb
 
-from traceview.analysis.categories import labelled_kernels_sql
 from traceview.analysis.intervals import busy_islands_sql, busy_time_sql
 from traceview.analysis.stage import Columns, Relation, Stage
 from traceview.compat import tomllib
@@ -376,7 +375,7 @@ def _stepped_kernels(con: duckdb.DuckDBPyConnection, patterns: TrainingPatterns)
         WITH tiles AS ({tiles})
         SELECT k.rank, k.kernel_id, s.step_id, k.start_ns, k.end_ns, k.dur_ns, k.launch_kind,
                k.launch_call_id, k.category, k.attention_phase_hint, t.tile
-        FROM ({labelled_kernels_sql()}) k JOIN kernel_steps s USING (rank, kernel_id)
+        FROM labelled_kernels k JOIN kernel_steps s USING (rank, kernel_id)
         LEFT JOIN tiles t USING (name)  -- the token-side tile, read once per distinct GEMM kernel name
         WHERE s.step_id IS NOT NULL
         """,
@@ -475,7 +474,7 @@ def _gemm_tiles_sql(patterns: TrainingPatterns) -> tuple[str, dict[str, str]]:
                    CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a < b THEN b ELSE a END AS high
             FROM (SELECT name, regexp_matches(name, $skinny) AS skinny,
                          CASE {' '.join(sides[1])} END AS a, CASE {' '.join(sides[2])} END AS b
-                  FROM (SELECT DISTINCT name FROM ({labelled_kernels_sql()}) WHERE category = 'gemm'))
+                  FROM (SELECT DISTINCT name FROM labelled_kernels WHERE category = 'gemm'))
         )"""
     return sql, params
 
@@ -739,7 +738,7 @@ STAGE = Stage(
     name="steps",
     doc="Steps (engine iterations, forward passes, training iterations), their phase with its evidence, and "
         "the step each kernel and memop belongs to.",
-    requires=("kernels", "memops", "api_calls", "ranges", "kernel_name_labels", "op_costs"),
+    requires=("kernels", "memops", "api_calls", "ranges", "kernel_name_labels", "labelled_kernels", "op_costs"),
     creates=(
         Relation("steps", "step", STEP_COLUMNS),
         Relation("kernel_steps", "kernel", {"rank": "trace rank", "kernel_id": "`kernels.kernel_id`",
