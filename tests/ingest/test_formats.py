@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -18,6 +19,8 @@ from traceview.ingest import kineto, nsys
 from traceview.model import db, docs
 from traceview.testing import llm_serving_spec, summarize, write_kineto
 
+BUILT_IN = (nsys.READER, kineto.READER)
+# with the built-in readers alone: a format added to READERS adds its own description, not an edit here
 NOT_A_TRACE = ("not a trace (expected an Nsight Systems SQLite export or a PyTorch profiler JSON trace with "
                "traceEvents, plain or gzip)")
 SMALL = llm_serving_spec(prefill_batches=(2,), decode_steps=2)
@@ -53,7 +56,7 @@ def test_sniff_rejects_what_only_looks_like_json(name: str, tmp_path: Path) -> N
     path.write_bytes(NOT_TRACES[name])
     with pytest.raises(TraceviewError) as error:
         ingest.reader_for(path)
-    assert str(error.value) == f"{path}: {NOT_A_TRACE}"
+    assert str(error.value) == ingest.not_a_trace(path)
 
 
 TRACES = {
@@ -107,15 +110,18 @@ def test_the_cli_says_so_in_one_line_with_exit_2(name: str, tmp_path: Path) -> N
     path.write_bytes(NOT_TRACES[name])
     result = traceview_cli("info", path)
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"traceview: {path}: {NOT_A_TRACE}"]
+    assert result.stderr.splitlines() == [f"traceview: {ingest.not_a_trace(path)}"]
 
 
-def test_what_the_registry_builds_comes_from_the_declarations() -> None:
-    assert ingest.READERS == (nsys.READER, kineto.READER)
-    assert ingest.TRACE_SUFFIXES == (".sqlite", ".json", ".json.gz", ".gz")
-    assert ingest.REPORT_SUFFIXES == (".nsys-rep", ".qdrep")
+def test_what_the_registry_builds_comes_from_the_declarations(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ingest.READERS[:len(BUILT_IN)] == BUILT_IN
+    assert (ingest.TRACE_SUFFIXES, ingest.REPORT_SUFFIXES) == (ingest.trace_suffixes(), ingest.report_suffixes())
+    monkeypatch.setattr(ingest, "READERS", BUILT_IN)
+    assert ingest.trace_suffixes() == (".sqlite", ".json", ".json.gz", ".gz")
+    assert ingest.report_suffixes() == (".nsys-rep", ".qdrep")
     assert ingest.describe_formats() == ("an Nsight Systems SQLite export (.sqlite) or a PyTorch profiler JSON trace "
                                          "with traceEvents, plain or gzip (.json, .json.gz, .gz)")
+    assert ingest.not_a_trace(Path("x")) == f"x: {NOT_A_TRACE}"
     assert nsys.READER.launch_link is db.LaunchLink.PROCESS_AND_CORRELATION
     assert kineto.READER.launch_link is db.LaunchLink.CORRELATION
     for reader in ingest.READERS:
@@ -124,6 +130,23 @@ def test_what_the_registry_builds_comes_from_the_declarations() -> None:
     assert "| devices | TARGET_INFO_GPU | deviceProperties |" in rows
     assert ("| kernels | CUPTI_ACTIVITY_KIND_KERNEL + StringIds, launch call on (pid, correlation id) "
             "| `kernel` events (legacy `Kernel`), launch call on correlation id |") in rows
+    assert ("| `source_format` | VARCHAR | the name of the reader that read the file: 'nsys' (Nsight Systems export), "
+            "'kineto' (PyTorch profiler (Kineto)) |") in rows
+
+
+def test_the_report_schema_and_fix_labels_name_every_registered_format() -> None:
+    """READERS is the one list of formats: the report's `trace.format` enum is a static JSON Schema file that
+    consumers read as it is, so a test holds it to the registry instead of generating it."""
+    from traceview.report.data import FIX_LABELS
+
+    schema = json.loads(resources.files("traceview.report").joinpath("schema.json").read_text())
+    names = [reader.name for reader in ingest.READERS]
+    assert schema["properties"]["trace"]["properties"]["format"]["enum"] == [*names, None], (
+        f"set trace.format's enum in src/traceview/report/schema.json to {[*names, None]}")
+    assert FIX_LABELS == {reader.name: reader.fix_labels for reader in ingest.READERS}
+    assert (nsys.READER.fix_labels, kineto.READER.fix_labels) == (("nsys", "Nsight Systems"),
+                                                                   ("PyTorch profiler", "PyTorch"))
+
 
 @pytest.fixture
 def third_format(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -132,13 +155,15 @@ def third_format(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None) -> int:
         inner = tmp_path / f"{path.name}.inner.json"
         inner.write_bytes(path.read_bytes()[len(b"FAKE1\n"):])
-        return kineto.read(inner, con, rank)
+        rank = kineto.read(inner, con, rank)
+        con.execute("UPDATE trace_info SET source_format = 'fake' WHERE source_format = 'kineto'")
+        return rank
 
     fake = dataclasses.replace(
         kineto.READER, name="fake", title="Fake profiler", description="a FAKE1 capture", suffixes=(".fake",),
         sniff=lambda path, head: head.startswith(b"FAKE1\n"), read=read,
         sources={table: f"fake {table}" for table in db.CONTRACT_TABLES}, export_first={".fakerep": "convert {name}"})
-    monkeypatch.setattr(ingest, "READERS", (*ingest.READERS, fake))
+    monkeypatch.setattr(ingest, "READERS", (*BUILT_IN, fake))
     return fake
 
 

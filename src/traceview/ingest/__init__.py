@@ -1,7 +1,9 @@
 """Input formats: each reader module declares one (a `Reader`, see reader.py); READERS registers them.
 
 Adding a format is one module and one line in READERS: the accepted suffixes, the "not a trace" error,
-describe_formats() for the CLI help and the schema docs' mapping table all come from the declarations.
+describe_formats() for the CLI help, the schema docs' mapping table and format list, the report schema's
+`format` enum (checked by a test) and the report's fix labels all come from the declarations. What a
+reader must stage is db.STAGING_TABLES; _load checks it after every read.
 """
 
 from __future__ import annotations
@@ -124,8 +126,10 @@ def _load(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None) -> list[
     reader = reader_for(path)
     before = con.execute("SELECT count(*) FROM trace_info").fetchall()[0][0]
     reader.read(path, con, rank)
-    ranks = [r for (r,) in con.execute("SELECT rank FROM trace_info WHERE rowid >= ? ORDER BY rank",
-                                       [before]).fetchall()]
+    added = con.execute("SELECT rank, source_format FROM trace_info WHERE rowid >= ? ORDER BY rank",
+                        [before]).fetchall()
+    _check_contract(path, con, reader, {source for _, source in added})
+    ranks = [r for r, _ in added]
     if len(ranks) == 1:
         db.finish_stages(con, ranks[0], reader.launch_link)
     else:
@@ -133,20 +137,29 @@ def _load(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None) -> list[
     return ranks
 
 
-STAGED = ("api_calls", "kernels", "memops", "ranges")
+def _check_contract(path: Path, con: duckdb.DuckDBPyConnection, reader: Reader, sources: set[str]) -> None:
+    """Fail on a reader that broke the staging contract (db.STAGING_TABLES) before finishing reads its tables: a
+    reader bug, named as one, rather than a binder error from deep inside a finishing statement."""
+    problems = db.staging_problems(con)
+    if not sources:
+        problems.append("no trace_info row")
+    problems += [f"trace_info.source_format is {source}, not {reader.name!r}"
+                 for source in sorted(map(repr, sources - {reader.name}))]
+    if problems:
+        raise TraceviewError(f"{path}: the {reader.name!r} reader broke the staging contract (docs/schema.md, "
+                             f"What a reader must produce): {'; '.join(problems)}")
 
 
 def _finish_each_rank(con: duckdb.DuckDBPyConnection, ranks: list[int], link: db.LaunchLink) -> None:
     """Finish a file's stages one rank at a time, so ids are numbered from 0 within each rank."""
-    for table in STAGED:
-        con.execute(f"ALTER TABLE _stage_{table} RENAME TO _file_stage_{table}")
+    for stage in db.STAGING_TABLES:
+        con.execute(f"ALTER TABLE {stage.name} RENAME TO _file{stage.name}")
     for rank in ranks:
-        for table in STAGED:
-            con.execute(f"CREATE TEMP TABLE _stage_{table} AS SELECT * FROM _file_stage_{table} WHERE rank = ?",
-                        [rank])
+        for stage in db.STAGING_TABLES:
+            con.execute(f"CREATE TEMP TABLE {stage.name} AS SELECT * FROM _file{stage.name} WHERE rank = ?", [rank])
         db.finish_stages(con, rank, link)
-    for table in STAGED:
-        con.execute(f"DROP TABLE _file_stage_{table}")
+    for stage in db.STAGING_TABLES:
+        con.execute(f"DROP TABLE _file{stage.name}")
 
 
 def _check_duplicates(con: duckdb.DuckDBPyConnection, rank: int) -> None:

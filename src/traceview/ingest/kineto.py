@@ -675,4 +675,5 @@ READER = Reader(
                   "`ProfilerStep#N`",
         "diagnostics": "missing kernel events, range-profiler mode, negative durations",
     },
+    fix_labels=("PyTorch profiler", "PyTorch"),
 )

@@ -582,4 +582,5 @@ READER = Reader(
         "diagnostics": "DIAGNOSTIC_EVENT rows, missing tables",
     },
     export_first={".nsys-rep": EXPORT_HINT, ".qdrep": EXPORT_HINT},
+    fix_labels=("nsys", "Nsight Systems"),
 )

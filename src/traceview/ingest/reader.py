@@ -1,7 +1,8 @@
 """What an input format declares, in its own module, so that adding one is that module and a line in READERS.
 
 The registry (ingest/__init__.py) builds the accepted suffixes, the "not a trace" error, the CLI's list of
-formats and the schema docs' mapping table (model/docs.py) from these declarations alone.
+formats, the schema docs' mapping table and format list (model/docs.py) and the report's fix labels from
+these declarations alone.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from traceview.model.db import LaunchLink
 class Reader:
     """One input format.
 
-    `read` stages one file's rows in the `_stage_<table>` tables (see model/db.py) and returns the lowest
-    rank it used (an nsys export of several processes holds several ranks); the registry then finishes
-    each rank the file added to trace_info with `launch_link`, the same way for every format.
+    `read` inserts one file's trace_info rows (source_format = `name`), devices and diagnostics, stages its
+    events in the tables db.STAGING_TABLES declares (docs/schema.md, "What a reader must produce") and returns the
+    lowest rank it used (an nsys export of several processes holds several ranks); the registry checks the
+    stages, then finishes each rank the file added to trace_info with `launch_link`, the same way for every
+    format.
     """
 
     name: str  # short id: "nsys", "kineto"
@@ -33,3 +36,5 @@ class Reader:
     launch_link: LaunchLink  # how a kernel finds the API call that launched it
     sources: Mapping[str, str]  # contract table -> what its rows are read from (docs/schema.md)
     export_first: Mapping[str, str] = field(default_factory=dict)  # suffix of the tool's own file -> hint
+    # the labels rule fixes give this format's part ("nsys: profile with ..."), tried in order for the verdict
+    fix_labels: tuple[str, ...] = ()

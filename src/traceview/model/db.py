@@ -1,17 +1,19 @@
 """The DuckDB database behind a trace: schema creation and the format-independent load steps.
 
-Readers stage their rows in temporary tables named `_stage_<table>` with the contract columns
-(ids, depth and launch links left out); the functions here finish them the same way for every
-format, so ids, range nesting and kernel-to-launch links never differ between nsys and Kineto.
+Readers stage their rows in temporary tables named `_stage_<table>`, with the columns STAGING_TABLES declares
+(the contract columns less ids, durations, depth and launch links); the functions here finish them the
+same way for every format, so ids, range nesting and kernel-to-launch links never differ between formats.
 """
 
 from __future__ import annotations
 
 import contextvars
 import enum
+import re
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
@@ -170,6 +172,17 @@ def contract_columns(table: str) -> tuple[str, ...]:
     return tuple(line.split()[0] for line in body.splitlines() if line.strip() and not line.strip().startswith("--"))
 
 
+SCHEMA_COLUMN = re.compile(r"^\s+(\w+) (\w+(?:\(\d+(?:,\d+)?\))?),?\s*--\s*(.+)$")
+
+
+@lru_cache(maxsize=None)
+def contract_column_specs(table: str) -> dict[str, tuple[str, str]]:
+    """Each column of `table` with the DuckDB type and meaning schema.sql gives it, so that the staging
+    contract and docs/schema.md state them once."""
+    body = schema_sql().split(f"CREATE TABLE {table} (", 1)[1].split("\n);", 1)[0]
+    return {m.group(1): (m.group(2), m.group(3)) for line in body.splitlines() if (m := SCHEMA_COLUMN.match(line))}
+
+
 INSERT_BATCH = 1000
 
 
@@ -215,6 +228,98 @@ def add_diagnostic(
     con.execute(
         "INSERT INTO diagnostics VALUES (?, ?, ?, ?, ?, NULL)", [rank, source, severity, code, message]
     )
+
+
+@dataclass(frozen=True)
+class StagedColumn:
+    name: str
+    type: str  # a schema.sql type; a staged column of any type it takes passes (see TAKES)
+    meaning: str
+
+
+@dataclass(frozen=True)
+class StagingTable:
+    """One table a reader must create, `_stage_<table>`: what finish_stages reads to fill `table`."""
+
+    table: str
+    columns: tuple[StagedColumn, ...]
+
+    @property
+    def name(self) -> str:
+        return f"_stage_{self.table}"
+
+    def finished(self) -> tuple[str, ...]:
+        """The contract columns no reader stages: finishing fills them (ids, durations, depth, launch links)."""
+        staged = {column.name for column in self.columns}
+        return tuple(column for column in contract_column_specs(self.table) if column not in staged)
+
+
+def _staging(table: str, columns: str, **own: str | tuple[str, str]) -> StagingTable:
+    """A staging table of `columns`, each typed and explained by its contract column in schema.sql; `own` gives a
+    column's meaning where the staged value differs from the finished one, or (type, meaning) for a column
+    that only staging has."""
+    specs = contract_column_specs(table)
+    staged = []
+    for name in columns.split():
+        given = own.get(name)
+        kind, meaning = given if isinstance(given, tuple) else specs[name]
+        staged.append(StagedColumn(name, kind, given if isinstance(given, str) else meaning))
+    return StagingTable(table, tuple(staged))
+
+
+# What every reader must stage: a test drops each column in turn and sees finish_stages fail without it.
+STAGING_TABLES = (
+    _staging("api_calls", "rank pid tid name api start_ns end_ns correlation_id external_id",
+           name="API name as the trace spells it; finishing drops an nsys '_vNNNN' version suffix"),
+    _staging("kernels", "rank device_id stream_id pid start_ns end_ns name short_name grid_x grid_y grid_z block_x "
+                      "block_y block_z registers_per_thread shared_memory_bytes correlation_id graph_replay graph_id "
+                      "graph_node_id external_id",
+           pid="process the trace files it under, or NULL (a Kineto kernel's row is the GPU's); finishing takes "
+               "the launch call's pid where one matches",
+           short_name="base name as in `kernels`, or NULL for add_short_names(con, '_stage_kernels') to fill from "
+                      "name before read returns (finishing does not)",
+           graph_replay=("BOOLEAN", ("the trace marks it replayed from a graph (a graph node id, ROCm 'Dispatch "
+                                     "Task'); finishing makes its launch_kind 'graph', as it does for a graph launch "
+                                     "call's"))),
+    _staging("memops", "rank kind copy_kind bytes src_kind dst_kind device_id stream_id pid start_ns end_ns "
+                     "correlation_id name"),
+    _staging("ranges", "rank pid tid name kind domain start_ns end_ns external_id input_dims input_types input_values "
+                     "flops"),
+)
+INTEGERS = frozenset({"tinyint", "smallint", "integer", "bigint", "hugeint", "utinyint", "usmallint", "uinteger",
+                      "ubigint", "uhugeint"})
+# the DuckDB type ids a declared type takes: finishing inserts with implicit casts, so any integer fills an
+# INTEGER column (a value out of range fails there, as a value); an all-NULL column ("NULL") fits any
+TAKES = {"INTEGER": INTEGERS, "BIGINT": INTEGERS, "DOUBLE": INTEGERS | {"float", "double", "decimal"},
+         "VARCHAR": frozenset({"varchar"}), "BOOLEAN": frozenset({"boolean"})}
+
+
+def create_staging_tables(con: duckdb.DuckDBPyConnection) -> None:
+    """Every staging table, empty: a reader whose format has no rows of some tables (a kernel list has no API
+    calls) creates them all and fills those it has."""
+    for stage in STAGING_TABLES:
+        columns = ", ".join(f"{column.name} {column.type}" for column in stage.columns)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {stage.name} ({columns})")
+
+
+def staging_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """How the staged tables break STAGING_TABLES: a missing table or column, or a column of a type its declared
+    one cannot take. Catalog lookups only (no scan), so every file is checked. Extra columns are ignored."""
+    problems = []
+    for stage in STAGING_TABLES:
+        try:
+            relation = con.table(stage.name)
+        except duckdb.CatalogException:
+            problems.append(f"no table {stage.name}")
+            continue
+        staged = dict(zip(relation.columns, relation.types))
+        for column in stage.columns:
+            kind = staged.get(column.name)
+            if kind is None:
+                problems.append(f"{stage.name} has no column {column.name} ({column.type})")
+            elif kind.id != "null" and kind.id not in TAKES[column.type]:
+                problems.append(f"{stage.name}.{column.name} is {kind}, not {column.type}")
+    return problems
 
 
 def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
@@ -371,8 +476,8 @@ def finish_trace_span(con: duckdb.DuckDBPyConnection, rank: int) -> None:
 
 
 def drop_stages(con: duckdb.DuckDBPyConnection) -> None:
-    for table in ("api_calls", "kernels", "memops", "ranges"):
-        con.execute(f"DROP TABLE IF EXISTS _stage_{table}")
+    for stage in STAGING_TABLES:
+        con.execute(f"DROP TABLE IF EXISTS {stage.name}")
 
 
 # No real event lasts 11 days or ends after 2096 (epoch ns); such values are corrupt and would overflow sums.
@@ -383,11 +488,11 @@ MAX_TIMESTAMP_NS = 4 * 10**18
 def drop_implausible_times(con: duckdb.DuckDBPyConnection, rank: int) -> None:
     """Drop staged events whose times cannot be real, and say how many in diagnostics."""
     dropped = 0
-    for table in ("_stage_api_calls", "_stage_kernels", "_stage_memops", "_stage_ranges"):
+    for stage in STAGING_TABLES:
         condition = (f"abs(start_ns) > {MAX_TIMESTAMP_NS} OR abs(end_ns) > {MAX_TIMESTAMP_NS} "
                      f"OR end_ns - start_ns > {MAX_EVENT_NS}")
-        dropped += con.execute(f"SELECT count(*) FROM {table} WHERE {condition}").fetchall()[0][0]
-        con.execute(f"DELETE FROM {table} WHERE {condition}")
+        dropped += con.execute(f"SELECT count(*) FROM {stage.name} WHERE {condition}").fetchall()[0][0]
+        con.execute(f"DELETE FROM {stage.name} WHERE {condition}")
     if dropped:
         add_diagnostic(con, rank, "ingest", "warning", "implausible_times",
                        f"{dropped} events with impossible timestamps or durations (over 11 days, or past year 2096) were dropped")

@@ -2,12 +2,13 @@
 -- Every time is an integer nanosecond on the trace's own time base (see trace_info.time_base).
 -- Every table carries `rank`, so a whole job (a directory of per-rank traces, or one nsys export of several
 -- processes) is one database.
--- docs/schema.md is generated from the comments in this file.
+-- docs/schema.md is generated from the comments in this file; {formats} in one stands for the registered readers
+-- (ingest.READERS). The tables readers stage (db.STAGING_TABLES) take their columns' types and meanings from here.
 
 -- One row per rank: one per trace file, and in an nsys export one per process that ran GPU work.
 CREATE TABLE trace_info (
     rank INTEGER,                -- rank in its job: the trace's own (Kineto distributedInfo, nsys MPI_RANKS), else numbered (nsys processes by lowest GPU ordinal, then pid; directory files by name or order); 0 for a single process
-    source_format VARCHAR,       -- 'nsys' (Nsight Systems SQLite export) or 'kineto' (PyTorch profiler JSON)
+    source_format VARCHAR,       -- the name of the reader that read the file: {formats}
     producer VARCHAR,            -- tool that wrote the file: 'nsys', 'pytorch-profiler'
     producer_version VARCHAR,    -- nsys product version or Kineto schemaVersion; NULL when the file does not say
     schema_version VARCHAR,      -- nsys export schema version; NULL for Kineto
