@@ -9,7 +9,7 @@ import pytest
 
 import traceview
 from conftest import DLRM_DIR, VLLM_H100, analysed, requires_shared, union_ns
-from traceview.analysis.activity import TABLES, build_activity
+from traceview.analysis.activity import STAGE, build_activity
 from traceview.testing import H100_SXM, ApiCall, Kernel, Memop, TraceSpec, write_nsys
 
 US = 1_000
@@ -122,11 +122,11 @@ def test_busiest_device(generated) -> None:
 
 
 def test_tables_declare_every_column(generated) -> None:
-    for table, (_, columns) in TABLES.items():
+    for relation in STAGE.creates:
         actual = [name for (name,) in generated.con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
-            [table]).fetchall()]
-        assert actual == list(columns), table
+            [relation.name]).fetchall()]
+        assert actual == list(relation.columns), relation.name
 
 
 @requires_shared

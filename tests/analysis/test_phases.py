@@ -313,12 +313,11 @@ def test_training_patterns_load_and_tiles_classify() -> None:
     """steps.toml's [training] and [gemm_tiles] tables load; tile sides as PHASES.md §6 reads them."""
     import duckdb
 
-    from traceview.analysis.phases import _gemm_tiles_sql, load_training_patterns
+    from traceview.analysis.phases import STEPS, gemm_tile_parameters, load_training_patterns
     from traceview.analysis.categories import classify_kernels
     from traceview.model import db
 
     patterns = load_training_patterns()
-    sql, params = _gemm_tiles_sql(patterns)
     names = {
         "nvjet_sm90_tst_64x8_64x16_4x1_v_bz_TNT": "small",
         "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x16x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas": "small",
@@ -336,7 +335,7 @@ def test_training_patterns_load_and_tiles_classify() -> None:
     classify_kernels(con)  # then the categories the test needs, whatever the names' own labels are
     con.execute("UPDATE kernel_name_labels SET category = CASE WHEN name_key = 'not_a_gemm_64x8' "
                 "THEN 'elementwise' ELSE 'gemm' END")
-    assert dict(con.execute(sql, params).fetchall()) == names
+    assert dict(STEPS.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))) == names
     assert con.execute("SELECT regexp_matches('Optimizer.zero_grad#AdamW.zero_grad', $p)", {"p": patterns.optimizer}).fetchone() == (True,)
     assert con.execute("SELECT regexp_matches('aten::linear', $p)", {"p": patterns.backward}).fetchone() == (False,)
 

@@ -60,7 +60,7 @@ def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites
     assert "devices" not in after["steps"]
     # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
     assert after["assemble"] == ["categories", "devices", "kernel_costs", "steps"]
-    assert after["step_budget"] == ["steps", "activity", "steady"]
+    assert after["step_budget"] == ["steps", "activity", "steady", "step_windows"]
     assert "devices" in after["step_accounting"]  # it prices steps on the GPU devices matched
 
 

@@ -200,22 +200,45 @@ def test_cross_rank_phase_figures_are_ratios_of_sums(tmp_path: Path) -> None:
     assert checked
 
 
+def test_a_wall_decided_from_tokens_shows_the_costed_kernels_disagreeing_as_evidence() -> None:
+    """The sample's decode has costs on 21% of its kernel time. Made compute-bound there (compute floor above
+    memory floor), those kernels are too few to decide the phase: every output keeps the tokens-per-step wall,
+    `roofline_by_phase.bound` stays NULL rather than saying otherwise, and the verdict names both."""
+    from traceview.analysis import sql_module
+    from traceview.report.data import _wall_line, phase_rows
+
+    trace = traceview.load(SAMPLE).analyze()
+    con = trace.con
+    con.execute("""UPDATE _roofline_groups SET compute_floor_ns = memory_floor_ns * 2,
+                       costed_bound = 'compute' WHERE grain = 'phase' AND phase = 'decode'""")
+    sql_module.load("phase_summary").run(con)
+    sql_module.load("totals").run(con)
+    (decode,) = [p for p in phase_rows(con) if p["phase"] == "decode"]
+    assert trace.scalar("SELECT bound FROM roofline_by_phase WHERE phase = 'decode'") is None
+    assert (decode["bound"], decode["bound_source"], decode["costed_bound"]) == ("memory", "tokens_per_step", "compute")
+    assert ("decode is memory-bound (tokens per step; the 21% of kernel time with costs runs compute-bound)"
+            in _wall_line(phase_rows(con)).lower())
+
+
 def test_a_phase_pooled_over_ranks_takes_its_wall_from_the_summed_floors() -> None:
     """Rank 0's prefill is compute-bound (10 ms vs 1 ms), rank 1's memory-bound (1 ms vs 30 ms): pooled, the
     memory floor is the larger (31 vs 11 ms), whichever rank a query happens to read first."""
+    from traceview.analysis import sql_module
     from traceview.report.data import phase_rows
 
     trace = traceview.load(SAMPLE).analyze()
     con = trace.con
     con.execute("DROP VIEW roofline_by_phase")
-    con.execute("""CREATE TABLE roofline_by_phase AS SELECT * FROM (VALUES
-        (0, 'prefill', 20e6, 10e6, 1e6, 1e15, 1e12), (1, 'prefill', 40e6, 1e6, 30e6, 1e14, 1e13))
-        t(rank, phase, costed_time_ns, compute_floor_ns, memory_floor_ns, flops, bytes)""")
+    con.execute("""CREATE TABLE roofline_by_phase AS SELECT *, NULL::DOUBLE AS achieved_tflops,
+                       NULL::DOUBLE AS roofline_floor_ns, NULL::DOUBLE AS pct_of_roof FROM (VALUES
+        (0, 'prefill', 20e6, 20e6, 10e6, 1e6, 1e15, 1e12), (1, 'prefill', 40e6, 40e6, 1e6, 30e6, 1e14, 1e13))
+        t(rank, phase, time_ns, costed_time_ns, compute_floor_ns, memory_floor_ns, flops, bytes)""")
     con.execute("DELETE FROM phase_summary")
     con.execute("""INSERT INTO phase_summary (rank, phase, steps, wall_ns, gpu_busy_ns, kernel_time_ns, costed_time_ns,
                        bound, bound_source, pct_of_roof, roofline_floor_ns, roof_basis_ns)
                    VALUES (0, 'prefill', 1, 30e6, 25e6, 20e6, 20e6, 'compute', 'measured', 50.0, 10e6, 20e6),
                           (1, 'prefill', 1, 50e6, 45e6, 40e6, 40e6, 'memory', 'measured', 75.0, 30e6, 40e6)""")
+    sql_module.load("totals").run(con)  # the pooled figures are the analysis' (phase_totals), made again here
     (prefill,) = [p for p in phase_rows(con) if p["phase"] == "prefill"]
     assert (prefill["bound"], prefill["bound_source"]) == ("memory", "measured")
     assert prefill["pct_of_roof"] == pytest.approx(100 * 40e6 / 60e6)  # Σ floors / Σ costed time, not mean(50, 75)

@@ -8,7 +8,8 @@ also gets its ideal bytes and FLOPs from the on-paper model (estimate.py), so
     wall = bytes/bandwidth + FLOPs/(peak·utilisation) + overhead,
 
 and the floor max(bytes/bandwidth, FLOPs/peak) separates time at the roofline from kernel
-inefficiency (busy − floor).
+inefficiency (busy − floor). The SQL is analysis/sql/step_accounting.sql; Python costs each step's shape
+on the model and hands the figures back in a values table.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from dataclasses import dataclass
 
 import duckdb
 
+from traceview.analysis import sql_module
 from traceview.analysis.estimate import Estimate, estimate
 from traceview.analysis.hardware import HardwareSpec
 from traceview.analysis.models import ModelConfig
-from traceview.analysis.stage import Context, Relation, Stage
+from traceview.analysis.stage import Context
 from traceview.errors import TraceviewError
 from traceview.model import db
+
+MODULE = sql_module.load("step_accounting")
 
 
 @dataclass(frozen=True)
@@ -101,27 +105,12 @@ def _shape(row: dict, options: ModelOptions) -> tuple[tuple[int, int, int] | Non
 def build_step_accounting(con: duckdb.DuckDBPyConnection, options: ModelOptions | None,
                           gpu: HardwareSpec | None) -> None:
     """`step_accounting`: one row per step with its time decomposition (model terms when given)."""
-    con.execute(
-        """
-        CREATE OR REPLACE TABLE step_accounting AS
-        SELECT s.rank, s.step_id, s.phase, s.end_ns - s.start_ns AS wall_ns, s.gpu_time_ns AS gpu_busy_ns,
-               coalesce(s.gpu_end_ns - s.gpu_start_ns - s.gpu_time_ns, 0) AS gpu_idle_ns,
-               (s.end_ns - s.start_ns) - coalesce(s.gpu_end_ns - s.gpu_start_ns, 0) AS outside_gpu_ns,
-               NULL::DOUBLE AS model_bytes, NULL::DOUBLE AS model_flops,
-               NULL::BIGINT AS memory_time_ns, NULL::BIGINT AS compute_time_ns,
-               NULL::BIGINT AS roofline_floor_ns, NULL::BIGINT AS kernel_inefficiency_ns,
-               NULL::BIGINT AS overhead_ns, NULL::VARCHAR AS dominant_term
-        FROM steps s
-        """
-    )
+    MODULE.run(con, "")
     if options is None or gpu is None:
         return
-    rows = con.execute(
-        """SELECT rank, step_id, phase, prefill_requests, prefill_tokens, prefill_context_tokens,
-                  decode_requests, decode_tokens, decode_context_tokens FROM steps WHERE phase <> 'empty'"""
-    ).fetchall()
-    names = ("rank", "step_id", "phase", "prefill_requests", "prefill_tokens", "prefill_context_tokens",
-             "decode_requests", "decode_tokens", "decode_context_tokens")
+    MODULE.run(con, "model_steps")
+    names = [column[0] for column in con.description]
+    rows = con.fetchall()
     coster = StepCoster(options, gpu)
     costs = []
     for values in rows:
@@ -134,22 +123,7 @@ def build_step_accounting(con: duckdb.DuckDBPyConnection, options: ModelOptions 
     priced = [(rank, step_id, cost.bytes, cost.flops, round(cost.memory_s * 1e9), round(cost.compute_s * 1e9))
               for rank, step_id, cost in costs]
     with db.values_table(con, "_costs", columns, priced):
-        con.execute(
-            """
-            UPDATE step_accounting SET model_bytes = c.bytes, model_flops = c.flops,
-                   memory_time_ns = c.memory_ns, compute_time_ns = c.compute_ns,
-                   roofline_floor_ns = c.floor_ns,
-                   -- a floor above the measured busy time is impossible: left NULL (phase_summary says why)
-                   kernel_inefficiency_ns = CASE WHEN gpu_busy_ns >= c.floor_ns THEN gpu_busy_ns - c.floor_ns END,
-                   overhead_ns = wall_ns - c.memory_ns - c.compute_ns,
-                   dominant_term = CASE
-                       WHEN wall_ns - c.memory_ns - c.compute_ns >= c.floor_ns THEN 'overhead'
-                       WHEN c.memory_ns >= c.compute_ns THEN 'memory' ELSE 'compute' END
-            FROM (SELECT *, CASE WHEN memory_ns >= compute_ns THEN memory_ns ELSE compute_ns END AS floor_ns
-                  FROM _costs) c
-            WHERE step_accounting.rank = c.rank AND step_accounting.step_id = c.step_id
-            """
-        )
+        MODULE.run(con, "model")
 
 
 def _run(con: duckdb.DuckDBPyConnection, context: Context) -> None:
@@ -159,26 +133,4 @@ def _run(con: duckdb.DuckDBPyConnection, context: Context) -> None:
         raise TraceviewError(f"--model {context.options.model}: {exc}") from None
 
 
-STAGE = Stage(
-    name="step_accounting",
-    doc="Where each step's wall time went: GPU busy, GPU idle inside the step's GPU span and time outside "
-        "GPU work; with `--model`, the step's ideal bytes and FLOPs, so that wall = bytes/bandwidth + "
-        "FLOPs/(peak·utilisation) + overhead.",
-    requires=("steps", "devices"),  # devices: the stage that matches the GPU (context.gpu)
-    creates=(
-        Relation("step_accounting", "step", {
-            "rank": "trace rank", "step_id": "`steps.step_id`", "phase": "`steps.phase`",
-            "wall_ns": "step duration", "gpu_busy_ns": "union of the step's GPU work",
-            "gpu_idle_ns": "GPU idle between the step's first and last GPU work",
-            "outside_gpu_ns": "wall time before and after the step's GPU work",
-            "model_bytes": "ideal bytes of the step (a mixed step streams weights once)",
-            "model_flops": "ideal FLOPs of the step",
-            "memory_time_ns": "bytes/bandwidth", "compute_time_ns": "FLOPs/peak",
-            "roofline_floor_ns": "max of the two: the step cannot be faster",
-            "kernel_inefficiency_ns": "GPU busy time above the floor; NULL when the floor is above the busy time "
-                                      "(the model does not describe the run)",
-            "overhead_ns": "wall − memory time − compute time (negative when they overlap)",
-            "dominant_term": "memory, compute or overhead: the largest of the three"}),
-    ),
-    run=_run,
-)
+STAGE = MODULE.stage(run=_run)

@@ -6,97 +6,39 @@ every step's wall time (and each rank's time outside every step) is split exactl
 into what ran there (compute, exposed communication, copies with no kernel beside them), GPU idle by
 kind, and time outside GPU work. rules/engine.py grants each finding's claims from these buckets.
 
-Where step windows overlap, the later-starting step owns the overlap (as launches are assigned to
-steps), so the windows tile the trace's span. Buckets are measured on the rank's merged timeline (every device and stream): a moment is `compute`
+Which step owns each piece of the timeline, and whether it is priced, is `step_windows`'s (the later-starting
+of two overlapping steps owns the overlap, so the windows tile the trace's span). Buckets are measured on the rank's merged timeline (every device and stream): a moment is `compute`
 when any non-communication kernel runs, `communication` when only communication kernels run, `copy`
 when only memcpys/memsets run. Each piece is the difference of a cumulative busy-time function at the
 window's ends (read with ASOF joins on running sums), so the cost is O(n log n) in the activities and
-the buckets of a window add up to its wall time to the nanosecond.
+the buckets of a window add up to its wall time to the nanosecond. analysis/sql/step_budget.sql declares
+the relations and holds the view; step_budget itself composes intervals.py's helpers, so it is built here.
 """
 
 from __future__ import annotations
 
 import duckdb
 
+from traceview.analysis import sql_module
 from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql, time_before_sql
-from traceview.analysis.stage import Relation, Stage
 
-IDLE_KINDS = ("host_wait", "sync_drain", "bubble", "unknown")
-BUCKETS = ("compute", "communication", "copy", *(f"idle_{kind}" for kind in IDLE_KINDS), "outside_gpu")
+MODULE = sql_module.load("step_budget")
 
-COLUMNS = {
-    "rank": "trace rank",
-    "step_id": "steps.step_id; NULL for the rank's time outside every step (within the trace's span)",
-    "phase": "steps.phase; NULL outside steps",
-    "state": "step_states.state (steady, warmup, init); NULL outside steps",
-    "priced": "whether findings may claim this time: steady steps, or every window of a rank that has no "
-              "steady step; warm-up and initialisation are not priced where a steady state exists",
-    "wall_ns": "the time the window owns: the step's wall time less any part a later-starting overlapping step "
-               "owns; the sum of the buckets below",
-    "compute_ns": "time at least one non-communication kernel ran",
-    "communication_ns": "time only communication kernels ran (communication no compute hid)",
-    "copy_ns": "time only memcpys or memsets ran",
-    "idle_host_wait_ns": "GPU idle inside the window's GPU span, in gaps of idle_kind host_wait (the host issued the "
-                         "next work only after the GPU ran dry)",
-    "idle_sync_drain_ns": "... of idle_kind sync_drain (the launching thread sat in a synchronizing call)",
-    "idle_bubble_ns": "... of idle_kind bubble (the next work was queued before the gap: launch latency)",
-    "idle_unknown_ns": "... of idle_kind unknown (no launch call in the trace)",
-    "outside_gpu_ns": "wall time before the window's first and after its last GPU work",
-}
+# the buckets are step_budget's columns after wall_ns, each `<bucket>_ns`; the idle ones are `idle_<idle_kind>_ns`
+_COLUMNS = list(MODULE.creates[0].columns)
+BUCKETS = tuple(name.removesuffix("_ns") for name in _COLUMNS[_COLUMNS.index("wall_ns") + 1:])
+IDLE_KINDS = tuple(bucket.removeprefix("idle_") for bucket in BUCKETS if bucket.startswith("idle_"))
 
-STAGE = Stage(
-    name="step_budget",
-    doc="Each step's wall time, and each rank's time outside every step, split into disjoint buckets (compute, "
-        "exposed communication, copies, GPU idle by kind, outside GPU work) that add up to it exactly; the "
-        "one accounting of recoverable time that the rule engine grants findings' savings from "
-        "(docs/rules.md, savings).",
-    requires=("steps", "step_states", "gpu_activity", "gpu_idle_gaps", "rank_busy_islands", "trace_info"),
-    creates=(Relation("step_budget", "step of a rank, plus one row per rank for its time outside every step",
-                      COLUMNS),
-             Relation("step_budget_buckets", "(window, bucket) of step_budget: the same figures one bucket a row, "
-                      "as rules claim them", {
-                          "rank": "trace rank",
-                          "step_id": "step_budget.step_id",
-                          "phase": "step_budget.phase",
-                          "priced": "step_budget.priced",
-                          "bucket": "the bucket's name: " + ", ".join(BUCKETS),
-                          "ns": "its nanoseconds in the window",
-                      }, view=True)),
-    run=lambda con, context: build_step_budget(con),
-)
-
-
-def _idle_before(point: str) -> str:
-    """Per idle kind, the rank's gap time of that kind before `point` (joined gap row `g`)."""
-    return ", ".join(
-        f"CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_{kind} + CASE WHEN g.idle_kind = '{kind}' THEN "
-        f"(CASE WHEN {point} < g.hi THEN {point} - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS {kind}"
-        for kind in IDLE_KINDS)
+STAGE = MODULE.stage(run=lambda con, context: build_step_budget(con))
 
 
 def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
     kernels = "SELECT rank, start_ns, end_ns FROM gpu_activity WHERE kind = 'kernel'"
     compute = kernels + " AND category IS DISTINCT FROM 'communication'"
-    before_kinds = ", ".join(
-        f"coalesce(sum(hi - lo) FILTER (WHERE idle_kind = '{kind}') OVER (PARTITION BY rank ORDER BY lo "
-        f"ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before_{kind}" for kind in IDLE_KINDS)
     con.execute(f"""
         CREATE OR REPLACE TABLE step_budget AS
-        WITH spans AS (SELECT rank, start_ns, end_ns FROM trace_info WHERE end_ns > start_ns),
-        bounds AS (
-            SELECT rank, start_ns AS t FROM steps UNION SELECT rank, end_ns FROM steps
-            UNION SELECT rank, start_ns FROM spans UNION SELECT rank, end_ns FROM spans
-        ),
-        segments AS (SELECT rank, t AS lo, lead(t) OVER (PARTITION BY rank ORDER BY t) AS hi FROM bounds),
-        windows AS (
-            -- each piece of the span between step boundaries belongs to the latest-starting step that covers
-            -- it (overlapping windows: the later step owns the overlap, as launches are assigned), or to no
-            -- step; so the windows tile the span and no time is budgeted twice
-            SELECT g.rank, arg_max(t.step_id, (t.start_ns, -t.step_id)) AS step_id, g.lo AS s, g.hi AS e
-            FROM segments g
-            LEFT JOIN steps t ON t.rank = g.rank AND t.start_ns <= g.lo AND t.end_ns > g.lo
-            WHERE g.hi > g.lo
-            GROUP BY g.rank, g.lo, g.hi
+        WITH windows AS (  -- who owns each piece of the timeline: step_windows, the one home of ownership
+            SELECT rank, step_id, start_ns AS s, end_ns AS e FROM step_windows
         ),
         -- the rank's islands are those of all its work; a rank without memops has the same kernel islands,
         -- and one without communication kernels the same compute islands: each union is built once
@@ -123,7 +65,22 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
               ON k.rank = r.rank AND k.end_ns = r.hi
             WHERE r.lo IS NOT NULL
         ),
-        gaps AS (SELECT *, {before_kinds} FROM rank_gaps),
+        gaps AS (
+            SELECT *,
+                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'host_wait')
+                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                       AS before_host_wait,
+                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'sync_drain')
+                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                       AS before_sync_drain,
+                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'bubble')
+                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                       AS before_bubble,
+                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'unknown')
+                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+                       AS before_unknown
+            FROM rank_gaps
+        ),
         ends AS (
             -- busy time before each end of the window, for all work, any kernel and compute kernels
             SELECT w.*, {busy_before_sql("a", "w.e")} AS all_e, {busy_before_sql("k", "w.e")} AS kernel_e,
@@ -149,12 +106,28 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
             SELECT *, span_lo < e AND span_hi > s AND span_hi > span_lo AS has_gpu FROM starts
         ),
         idle_hi AS (
-            SELECT w.rank, w.step_id, w.s, w.span_hi, {_idle_before("w.span_hi")}
+            SELECT w.rank, w.step_id, w.s, w.span_hi,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_host_wait + CASE WHEN g.idle_kind = 'host_wait' THEN
+                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS host_wait,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_sync_drain + CASE WHEN g.idle_kind = 'sync_drain' THEN
+                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS sync_drain,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_bubble + CASE WHEN g.idle_kind = 'bubble' THEN
+                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS bubble,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_unknown + CASE WHEN g.idle_kind = 'unknown' THEN
+                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS unknown
             FROM spanned w ASOF LEFT JOIN gaps g ON g.rank = w.rank AND g.lo <= w.span_hi
             WHERE w.has_gpu
         ),
         idle_lo AS (
-            SELECT w.rank, w.step_id, w.s, w.span_lo, {_idle_before("w.span_lo")}
+            SELECT w.rank, w.step_id, w.s, w.span_lo,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_host_wait + CASE WHEN g.idle_kind = 'host_wait' THEN
+                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS host_wait,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_sync_drain + CASE WHEN g.idle_kind = 'sync_drain' THEN
+                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS sync_drain,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_bubble + CASE WHEN g.idle_kind = 'bubble' THEN
+                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS bubble,
+                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_unknown + CASE WHEN g.idle_kind = 'unknown' THEN
+                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS unknown
             FROM spanned w ASOF LEFT JOIN gaps g ON g.rank = w.rank AND g.lo <= w.span_lo
             WHERE w.has_gpu
         ),
@@ -163,29 +136,32 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
                    w.compute_e - w.compute_s AS compute_ns,
                    (w.kernel_e - w.kernel_s) - (w.compute_e - w.compute_s) AS communication_ns,
                    (w.all_e - w.all_s) - (w.kernel_e - w.kernel_s) AS copy_ns,
-                   {", ".join(f"coalesce(h.{kind} - l.{kind}, 0) AS idle_{kind}_ns" for kind in IDLE_KINDS)}
+                   coalesce(h.host_wait - l.host_wait, 0) AS idle_host_wait_ns,
+                   coalesce(h.sync_drain - l.sync_drain, 0) AS idle_sync_drain_ns,
+                   coalesce(h.bubble - l.bubble, 0) AS idle_bubble_ns,
+                   coalesce(h.unknown - l.unknown, 0) AS idle_unknown_ns
             FROM spanned w
             LEFT JOIN idle_hi h ON h.rank = w.rank AND h.s = w.s AND h.step_id IS NOT DISTINCT FROM w.step_id
             LEFT JOIN idle_lo l ON l.rank = w.rank AND l.s = w.s AND l.step_id IS NOT DISTINCT FROM w.step_id
         ),
         summed AS (
-            SELECT rank, step_id, {", ".join(f"sum({c})::BIGINT AS {c}" for c in (
-                "wall_ns", *(f"{b}_ns" for b in BUCKETS[:-1])))}
+            SELECT rank, step_id, sum(wall_ns)::BIGINT AS wall_ns, sum(compute_ns)::BIGINT AS compute_ns,
+                   sum(communication_ns)::BIGINT AS communication_ns, sum(copy_ns)::BIGINT AS copy_ns,
+                   sum(idle_host_wait_ns)::BIGINT AS idle_host_wait_ns,
+                   sum(idle_sync_drain_ns)::BIGINT AS idle_sync_drain_ns,
+                   sum(idle_bubble_ns)::BIGINT AS idle_bubble_ns, sum(idle_unknown_ns)::BIGINT AS idle_unknown_ns
             FROM pieces GROUP BY rank, step_id
         ),
-        steady_ranks AS (SELECT DISTINCT rank FROM step_states WHERE state = 'steady')
-        SELECT b.rank, b.step_id, s.phase, t.state,
-               coalesce(t.state = 'steady', false) OR b.rank NOT IN (SELECT rank FROM steady_ranks) AS priced,
-               b.wall_ns, {", ".join(f"b.{b}_ns" for b in BUCKETS[:-1])},
-               b.wall_ns - {" - ".join(f"b.{b}_ns" for b in BUCKETS[:-1])} AS outside_gpu_ns
+        pricing AS (SELECT rank, step_id, bool_or(priced) AS priced FROM step_windows GROUP BY ALL)
+        SELECT b.rank, b.step_id, s.phase, t.state, p.priced,
+               b.wall_ns, b.compute_ns, b.communication_ns, b.copy_ns, b.idle_host_wait_ns, b.idle_sync_drain_ns,
+               b.idle_bubble_ns, b.idle_unknown_ns,
+               b.wall_ns - b.compute_ns - b.communication_ns - b.copy_ns - b.idle_host_wait_ns - b.idle_sync_drain_ns
+                   - b.idle_bubble_ns - b.idle_unknown_ns AS outside_gpu_ns
         FROM summed b
         LEFT JOIN steps s ON s.rank = b.rank AND s.step_id = b.step_id
         LEFT JOIN step_states t ON t.rank = b.rank AND t.step_id = b.step_id
+        JOIN pricing p ON p.rank = b.rank AND p.step_id IS NOT DISTINCT FROM b.step_id
         ORDER BY b.rank, b.step_id NULLS LAST
     """)
-    con.execute(f"""
-        CREATE OR REPLACE VIEW step_budget_buckets AS
-        SELECT rank, step_id, phase, priced, bucket, ns FROM (
-            UNPIVOT (SELECT rank, step_id, phase, priced, {", ".join(f"{b}_ns AS {b}" for b in BUCKETS)} FROM step_budget)
-            ON {", ".join(BUCKETS)} INTO NAME bucket VALUE ns)
-    """)
+    MODULE.run(con)

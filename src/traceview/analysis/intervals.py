@@ -4,13 +4,16 @@ Summing kernel durations double-counts kernels that overlap on different streams
 GPU is the length of the union of its activity intervals. Everything here rests on one window,
 `prev_end_ns`: the latest end among the intervals that started before this one. An interval that
 starts after it opens a new island (and closes an idle gap). No Python loop, exact integer
-nanoseconds, no timestamp rounding. This is the only place that window is written.
+nanoseconds, no timestamp rounding. This is the only place that window is written: Python stages compose these
+fragments, and the .sql modules invoke them as macros (`busy_time!(...)`, analysis/sql_module.py).
 """
 
 from __future__ import annotations
 
+from traceview.model.db import ident, idents
 
-def with_prev_end_sql(source: str, keys: tuple[str, ...], tiebreak: tuple[str, ...] = ()) -> str:
+
+def with_prev_end_sql(source_sql: str, keys: tuple[str, ...], tiebreak: tuple[str, ...] = ()) -> str:
     """SQL yielding every row of `source` plus `prev_end_ns`, per key (NULL for the first interval).
 
     `source` must expose the key columns plus start_ns and end_ns. An interval with
@@ -18,27 +21,24 @@ def with_prev_end_sql(source: str, keys: tuple[str, ...], tiebreak: tuple[str, .
     same start and end only the first in the window's order can end a gap: `tiebreak` (unique columns)
     makes that order total where it matters which one did, else it follows how threads split the rows.
     """
-    key_list = ", ".join(keys)
-    order = ", ".join(("start_ns", "end_ns", *tiebreak))
     return f"""
-        SELECT *, max(end_ns) OVER (PARTITION BY {key_list} ORDER BY {order}
+        SELECT *, max(end_ns) OVER (PARTITION BY {idents(keys)} ORDER BY {idents(("start_ns", "end_ns", *tiebreak))}
                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-        FROM ({source})
+        FROM ({source_sql})
     """
 
 
-def busy_islands_sql(source: str, keys: tuple[str, ...], merge_gap_ns: str = "0") -> str:
+def busy_islands_sql(source_sql: str, keys: tuple[str, ...], merge_gap_sql: str = "0") -> str:
     """SQL yielding (keys..., lo, hi): maximal busy intervals of `source` per key.
 
     Intervals that overlap or touch merge; so do intervals separated by at most `merge_gap_ns`
     (an SQL expression, e.g. a parameter), which turns islands into bursts of work.
     """
-    key_list = ", ".join(keys)
-    ordered = with_prev_end_sql(f"SELECT {key_list}, start_ns, end_ns FROM ({source})", keys)
-    return islands_from_prev_end_sql(ordered, keys, merge_gap_ns)
+    ordered_sql = with_prev_end_sql(f"SELECT {idents(keys)}, start_ns, end_ns FROM ({source_sql})", keys)
+    return islands_from_prev_end_sql(ordered_sql, keys, merge_gap_sql)
 
 
-def islands_from_prev_end_sql(ordered: str, keys: tuple[str, ...], merge_gap_ns: str = "0") -> str:
+def islands_from_prev_end_sql(ordered_sql: str, keys: tuple[str, ...], merge_gap_sql: str = "0") -> str:
     """busy_islands_sql for a relation that already carries `prev_end_ns` per key (with_prev_end_sql's, or a
     table that kept it, such as gpu_activity), so its window is not computed again.
 
@@ -46,63 +46,62 @@ def islands_from_prev_end_sql(ordered: str, keys: tuple[str, ...], merge_gap_ns:
     opener says the work before it ended (its `prev_end_ns`), the last at the key's latest end: one
     window over the openers instead of numbering every interval and grouping by island.
     """
-    key_list = ", ".join(keys)
-    keyed = ", ".join(f"o.{key}" for key in keys)
-    joined = " AND ".join(f"o.{key} IS NOT DISTINCT FROM l.{key}" for key in keys)
+    key_list_sql = idents(keys)
+    keyed_sql = idents(f"o.{key}" for key in keys)
+    joined_sql = " AND ".join(f"o.{ident(key)} IS NOT DISTINCT FROM l.{ident(key)}" for key in keys)
     return f"""
-        WITH ordered AS (SELECT {key_list}, start_ns, end_ns, prev_end_ns FROM ({ordered})),
+        WITH ordered AS (SELECT {key_list_sql}, start_ns, end_ns, prev_end_ns FROM ({ordered_sql})),
         openers AS (
-            SELECT {key_list}, start_ns AS lo, prev_end_ns FROM ordered
-            WHERE prev_end_ns IS NULL OR start_ns - prev_end_ns > {merge_gap_ns}
+            SELECT {key_list_sql}, start_ns AS lo, prev_end_ns FROM ordered
+            WHERE prev_end_ns IS NULL OR start_ns - prev_end_ns > {merge_gap_sql}
         ),
-        latest AS (SELECT {key_list}, max(end_ns) AS hi FROM ordered GROUP BY ALL)
-        SELECT {keyed}, o.lo, coalesce(lead(o.prev_end_ns) OVER (PARTITION BY {keyed} ORDER BY o.lo), l.hi) AS hi
-        FROM openers o JOIN latest l ON {joined}
+        latest AS (SELECT {key_list_sql}, max(end_ns) AS hi FROM ordered GROUP BY ALL)
+        SELECT {keyed_sql}, o.lo, coalesce(lead(o.prev_end_ns) OVER (PARTITION BY {keyed_sql} ORDER BY o.lo), l.hi) AS hi
+        FROM openers o JOIN latest l ON {joined_sql}
     """
 
 
-def busy_time_sql(source: str, keys: tuple[str, ...]) -> str:
+def busy_time_sql(source_sql: str, keys: tuple[str, ...]) -> str:
     """SQL yielding (keys..., busy_ns): union length of the intervals of `source` per key.
 
     No islands needed: in start order, the part of an interval not covered before it is what lies past
     `prev_end_ns` (every earlier interval started no later, so what they cover from this start on is one piece
     ending at `prev_end_ns`), and those parts sum to the union: one window, where islands take two.
     """
-    key_list = ", ".join(keys)
     return f"""
-        SELECT {key_list},
+        SELECT {idents(keys)},
                sum(CASE WHEN prev_end_ns IS NULL OR start_ns >= prev_end_ns THEN end_ns - start_ns
                         WHEN end_ns > prev_end_ns THEN end_ns - prev_end_ns ELSE 0 END)::BIGINT AS busy_ns
-        FROM ({with_prev_end_sql(f"SELECT {key_list}, start_ns, end_ns FROM ({source})", keys)})
-        GROUP BY {key_list}
+        FROM ({with_prev_end_sql(f"SELECT {idents(keys)}, start_ns, end_ns FROM ({source_sql})", keys)})
+        GROUP BY {idents(keys)}
     """
 
 
-def islands_with_time_before_sql(source: str, keys: tuple[str, ...]) -> str:
+def islands_with_time_before_sql(source_sql: str, keys: tuple[str, ...]) -> str:
     """SQL yielding (keys..., lo, hi, before): the busy islands of `source` per key, each with the busy time
     of the islands before it.
 
     Busy time before any moment t is then one ASOF join away (`busy_before_sql`): the overlap of an
     interval [a, b) with the islands is B(b) - B(a), in O(n log n) where a range join compares every pair.
     """
-    return time_before_sql(busy_islands_sql(source, keys), keys)
+    return time_before_sql(busy_islands_sql(source_sql, keys), keys)
 
 
-def time_before_sql(islands: str, keys: tuple[str, ...]) -> str:
+def time_before_sql(islands_sql: str, keys: tuple[str, ...]) -> str:
     """`islands` (keys..., lo, hi: disjoint intervals, such as busy_islands_sql yields or a table of them)
     with `before`, the length of the islands before each one."""
-    key_list = ", ".join(keys)
     return f"""
-        SELECT {key_list}, lo, hi,
-               coalesce(sum(hi - lo) OVER (PARTITION BY {key_list} ORDER BY lo
+        SELECT {idents(keys)}, lo, hi,
+               coalesce(sum(hi - lo) OVER (PARTITION BY {idents(keys)} ORDER BY lo
                                            ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-        FROM ({islands})
+        FROM ({islands_sql})
     """
 
 
-def busy_before_sql(alias: str, point: str) -> str:
+def busy_before_sql(alias: str, point_sql: str) -> str:
     """B(point): busy time before `point` of the islands row `alias`, ASOF-joined on the keys and
     `alias.lo <= point`; 0 when no island starts before it (nothing ran: a true zero, not unknown)."""
-    return (f"CASE WHEN {alias}.lo IS NULL THEN 0 ELSE {alias}.before + "
-            f"(CASE WHEN {point} < {alias}.hi THEN {point} ELSE {alias}.hi END) - {alias}.lo END")
+    alias_sql = ident(alias)
+    return (f"CASE WHEN {alias_sql}.lo IS NULL THEN 0 ELSE {alias_sql}.before + "
+            f"(CASE WHEN {point_sql} < {alias_sql}.hi THEN {point_sql} ELSE {alias_sql}.hi END) - {alias_sql}.lo END")
 

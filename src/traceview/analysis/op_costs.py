@@ -5,6 +5,9 @@ op in `op_costs.toml`, so that adding an op is one entry. Entries are SQL expres
 evaluates for all ops at once. An op no entry matches stays uncosted: a guess ("inputs plus the
 largest input") would put ops that are handed a whole buffer but touch a slice of it (KV-cache
 writes, rotary with a cos/sin table, paged attention) far above the memory roof.
+
+The SQL around the entries' expressions is analysis/sql/op_costs.sql; the two statements built from
+the entries are composed here, their op names, patterns and ids bound as parameters.
 """
 
 from __future__ import annotations
@@ -16,53 +19,15 @@ from pathlib import Path
 
 import duckdb
 
-from traceview.analysis.stage import Relation, Stage
+from traceview.analysis import sql_module
 from traceview.compat import tomllib
 from traceview.errors import TraceviewError
 from traceview.model import db
 
 
 COST_MODELS_FILE = Path(__file__).with_name("op_costs.toml")
-MAX_INPUTS = 12
-ELEMENT_BYTES = {
-    "c10::BFloat16": 2, "c10::Half": 2, "float": 4, "double": 8, "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "int": 4,
-    "long int": 8, "short int": 2, "signed char": 1, "unsigned char": 1, "bool": 1,
-    "c10::complex<float>": 8, "c10::complex<double>": 16,
-}
-TYPE_DTYPES = {
-    "c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64",
-    "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
-    "c10::Float8_e5m2fnuz": "fp8", "signed char": "int8",
-}
 ENTRY_KEYS = {"id", "ops", "pattern", "when", "flops", "bytes"}
-
-
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _case(column: str, mapping: dict[str, object]) -> str:
-    arms = " ".join(f"WHEN {_sql_text(k)} THEN {_sql_text(v) if isinstance(v, str) else v}" for k, v in mapping.items())
-    return f"CASE {column} {arms} END"
-
-
-MACROS = {
-    "numel(d)": "CASE WHEN len(d) = 0 THEN 1 ELSE list_aggregate(d, 'product') END",
-    "dim_size(d, k)": "d[CASE WHEN k >= 0 THEN k + 1 ELSE len(d) + k + 1 END]",
-    "larger(x, y)": "CASE WHEN x >= y THEN x ELSE y END",
-    # aligned from the last dim; each argument is written out few times, because a macro pastes its
-    # argument wherever it appears and where() nests broadcast_dims (the old form took 0.13 s to plan)
-    "broadcast_dims(a, b)": """list_reverse(list_transform(range(1, larger(len(a), len(b)) + 1), lambda r: larger(
-        CASE WHEN r <= len(a) THEN list_reverse(a)[r] ELSE 1 END,
-        CASE WHEN r <= len(b) THEN list_reverse(b)[r] ELSE 1 END)))""",
-    "broadcast_numel(a, b)": "numel(broadcast_dims(a, b))",
-    "reduced_dims(t)": "coalesce(TRY_CAST(t AS INTEGER[]), [TRY_CAST(t AS INTEGER)])",
-    "reduced_numel(d, t)": """CASE WHEN t IS NULL OR len(reduced_dims(t)) = 0 THEN 1
-        ELSE numel(d) / list_aggregate(list_transform(reduced_dims(t), lambda k: dim_size(d, k)), 'product') END""",
-    "element_size(t)": _case("t", ELEMENT_BYTES),
-    "type_dtype(t)": _case("t", TYPE_DTYPES),
-}
+MODULE = sql_module.load("op_costs")
 
 
 @dataclass(frozen=True)
@@ -70,37 +35,22 @@ class CostModel:
     """One op_costs.toml entry: which ops it costs and the SQL for their bytes and FLOPs."""
 
     id: str
-    match: str
+    match: str  # SQL; the op names or the pattern in it are parameters, given by `parameters`
     bytes: str
     flops: str | None
+    number: int  # the entry's place in the file, from 1: it names the entry's parameters
+    parameters: tuple[tuple[str, str], ...]  # (name, value)
+
+    @property
+    def id_parameter(self) -> str:
+        """The parameter that carries the entry's id into the statements that name it."""
+        return f"model_{self.number}"
 
 
-def _input_columns(i: int) -> str:
-    d = f"coalesce(dims[{i}], [])"
-    tensor = f"(len({d}) > 0 OR sizes[{i}] IS NOT NULL)"
-    return f"""{d} AS d{i},
-               CASE WHEN len({d}) > 0 THEN list_aggregate({d}, 'product')
-                    WHEN sizes[{i}] IS NOT NULL THEN 1 ELSE 0 END AS n{i},
-               CASE WHEN {tensor} THEN sizes[{i}] ELSE 0 END AS s{i},
-               CASE WHEN {tensor} THEN 1 ELSE 0 END AS u{i},
-               nullif(vals[{i}], '') AS v{i}"""
-
-
-# `sizes` (element_size of each input type, computed once: pasting the macro into every column took
-# 0.03 s to plan) must be a column of the relation the variables are selected from
-SIZES = "list_transform(types, lambda t: element_size(t)) AS sizes"
-VARIABLES = ",\n".join(_input_columns(i) for i in range(1, MAX_INPUTS + 1))
-UNIT_SIZES = ", ".join(f"u{i} AS s{i}" for i in range(1, MAX_INPUTS + 1))
-
-
-def _create_macros(con: duckdb.DuckDBPyConnection) -> None:
-    for signature, body in MACROS.items():
-        con.execute(f"CREATE OR REPLACE TEMP MACRO {signature} AS ({body})")
-
-
-def _check_sql(con: duckdb.DuckDBPyConnection, entry_id: str, field: str, expression: str) -> None:
+def _check_sql(con: duckdb.DuckDBPyConnection, entry_id: str, field: str, expression_sql: str,
+               parameters: dict[str, str]) -> None:
     try:
-        con.execute(f"SELECT ({expression}) FROM _op_inputs LIMIT 0")
+        con.execute(f"SELECT ({expression_sql}) FROM _op_inputs LIMIT 0", parameters)
     except duckdb.Error as exc:
         message = str(exc).splitlines()[0]
         raise TraceviewError(f"{COST_MODELS_FILE.name} entry '{entry_id}': {field} is not valid SQL: {message}") from None
@@ -130,16 +80,18 @@ def _parse_entry(number: int, entry: object, seen: set[str]) -> CostModel:
         ops = entry["ops"]
         if not isinstance(ops, list) or not ops or not all(isinstance(o, str) and o for o in ops):
             raise TraceviewError(f"{where}: ops must be a non-empty list of op names")
-        match = f"op IN ({', '.join(_sql_text(o) for o in ops)})"
+        parameters = tuple((f"model_{number}_op_{k}", op) for k, op in enumerate(ops))
+        match = f"op IN ({', '.join(f'${name}' for name, _ in parameters)})"
     else:
         try:
             re.compile(entry["pattern"])
         except re.error as exc:
             raise TraceviewError(f"{where}: pattern is not a valid regex: {exc}") from None
-        match = f"regexp_full_match(op, {_sql_text(entry['pattern'])})"
+        parameters = ((f"model_{number}_pattern", entry["pattern"]),)
+        match = f"regexp_full_match(op, ${parameters[0][0]})"
     if "when" in entry:
         match = f"{match} AND ({entry['when']})"
-    return CostModel(entry_id, match, entry["bytes"], entry.get("flops"))
+    return CostModel(entry_id, match, entry["bytes"], entry.get("flops"), number, parameters)
 
 
 @lru_cache(maxsize=4)
@@ -168,30 +120,21 @@ def load_cost_models(path: Path = COST_MODELS_FILE) -> tuple[CostModel, ...]:
 def _check_models_sql(models: tuple[CostModel, ...]) -> None:
     """Bind every expression of the entries; a failure names the entry and the field."""
     con = db.scratch()
-    _create_macros(con)
-    con.execute(
-        f"""CREATE TEMP TABLE _op_inputs AS
-            SELECT *, {VARIABLES}
-            FROM (SELECT *, {SIZES}
-                  FROM (SELECT ''::VARCHAR AS op, []::BIGINT[][] AS dims, []::VARCHAR[] AS types,
-                               []::VARCHAR[] AS vals, false AS values_known))"""
-    )
-    checks = [(model.id, field, expression) for model in models
+    for section in ("macros", "no_ops", "inputs"):
+        MODULE.run(con, section)
+    checks = [(model.id, field, expression, dict(model.parameters) if field == "when/ops" else {})
+              for model in models
               for field, expression in (("when/ops", model.match), ("bytes", model.bytes), ("flops", model.flops))
               if expression is not None]
+    expressions_sql = ", ".join(f"({expression})" for _, _, expression, _ in checks)
     try:  # one bind for the whole file; only a failure pays for naming the entry
-        con.execute(f"SELECT {', '.join(f'({expression})' for _, _, expression in checks)} FROM _op_inputs LIMIT 0")
+        con.execute(f"SELECT {expressions_sql} FROM _op_inputs LIMIT 0",
+                    {name: value for model in models for name, value in model.parameters})
     except duckdb.Error:
         for check in checks:
             _check_sql(con, *check)
     finally:
         con.close()
-
-
-SHAPED_RANGES = "input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx')"
-OP_COSTS_COLUMNS = """rank INTEGER, range_id BIGINT, kind VARCHAR, pid BIGINT, tid BIGINT, start_ns BIGINT, end_ns BIGINT,
-    external_id BIGINT, op VARCHAR, flops DOUBLE, bytes DOUBLE, elements DOUBLE, input_dtype VARCHAR, seq_len BIGINT,
-    cost_model VARCHAR"""
 
 
 def build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...] | None = None) -> None:
@@ -208,43 +151,35 @@ def build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...]
 
 
 def _build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...]) -> None:
-    if not con.execute(f"SELECT count(*) FROM ranges WHERE {SHAPED_RANGES}").fetchone()[0]:
+    if not MODULE.query(con, "shaped_count")[0][0]:
         # most nsys exports and unshaped Kineto traces: skip planning the cost query for no rows
-        con.execute(f"CREATE OR REPLACE TABLE op_costs ({OP_COSTS_COLUMNS})")
+        MODULE.run(con, "empty")
         return
-    _create_macros(con)
-    pick = " ".join(f"WHEN {m.match} THEN {_sql_text(m.id)}" for m in models)
-    con.execute(
-        f"""
-        CREATE OR REPLACE TEMP TABLE _modeled AS
-        WITH shaped AS (
-            SELECT rank, range_id, kind, pid, tid, start_ns, end_ns, external_id, flops AS recorded_flops,
-                   CASE WHEN kind = 'nvtx' THEN trim(split_part(name, ',', 1)) ELSE name END AS op,
-                   TRY_CAST(input_dims AS BIGINT[][]) AS dims,
-                   TRY(from_json(input_types, '["VARCHAR"]')) AS types,
-                   TRY(from_json(input_values, '["VARCHAR"]')) AS vals,
-                   input_values IS NOT NULL AS values_known
-            FROM ranges WHERE {SHAPED_RANGES}
-        )
-        SELECT *, CASE {pick} END AS cost_model
-        FROM (SELECT *, {VARIABLES} FROM (SELECT *, {SIZES} FROM shaped WHERE dims IS NOT NULL))
-        """
-    )
+    for section in ("macros", "trace_ops", "inputs"):
+        MODULE.run(con, section)
+    # The two statements whose text is the entries' SQL (op_costs.sql has the rest): one CASE arm an entry,
+    # its op names, pattern and id bound as parameters.
+    pick_sql = " ".join(f"WHEN {m.match} THEN ${m.id_parameter}" for m in models)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _modeled AS SELECT *, CASE {pick_sql} END AS cost_model FROM _op_inputs",
+                {name: value for m in models for name, value in (*m.parameters, (m.id_parameter, m.id))})
     # only the entries some op matched: binding all of them is most of the time on a small trace (60 -> 20 ms)
-    matched = {model for (model,) in con.execute("SELECT DISTINCT cost_model FROM _modeled").fetchall()}
+    matched = {model for (model,) in MODULE.query(con, "used")}
     used = [m for m in models if m.id in matched]
-    byte_arms = " ".join(f"WHEN {_sql_text(m.id)} THEN ({m.bytes})::DOUBLE" for m in used) or "WHEN NULL THEN NULL"
-    flop_arms = " ".join(f"WHEN {_sql_text(m.id)} THEN ({m.flops})::DOUBLE" for m in used if m.flops) or "WHEN NULL THEN NULL"
+    byte_arms_sql = " ".join(f"WHEN ${m.id_parameter} THEN ({m.bytes})::DOUBLE" for m in used) or "WHEN NULL THEN NULL"
+    flop_arms_sql = (" ".join(f"WHEN ${m.id_parameter} THEN ({m.flops})::DOUBLE" for m in used if m.flops)
+                     or "WHEN NULL THEN NULL")
+    MODULE.run(con, "units")
     con.execute(
         f"""
         CREATE OR REPLACE TABLE op_costs AS
         WITH costs AS (
-            SELECT *, CASE cost_model {byte_arms} END AS model_bytes, CASE cost_model {flop_arms} END AS model_flops
+            SELECT *, CASE cost_model {byte_arms_sql} END AS model_bytes,
+                   CASE cost_model {flop_arms_sql} END AS model_flops
             FROM _modeled
         ),
         moved AS (
-            SELECT rank, range_id, CASE cost_model {byte_arms} END AS elements
-            FROM (SELECT * REPLACE ({UNIT_SIZES}) FROM _modeled)
+            SELECT rank, range_id, CASE cost_model {byte_arms_sql} END AS elements
+            FROM _modeled_units
         )
         SELECT c.rank, c.range_id, c.kind, c.pid, c.tid, c.start_ns, c.end_ns, c.external_id, c.op,
                CASE WHEN c.model_flops IS NOT NULL THEN c.model_flops ELSE c.recorded_flops END AS flops,
@@ -256,29 +191,10 @@ def _build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...
                     WHEN c.recorded_flops IS NOT NULL THEN 'profiler' END AS cost_model
         FROM costs c JOIN moved m USING (rank, range_id)
         WHERE c.cost_model IS NOT NULL OR c.recorded_flops IS NOT NULL
-        """
+        """,
+        {m.id_parameter: m.id for m in used},
     )
-    con.execute("DROP TABLE _modeled")
+    MODULE.run(con, "finish")
 
 
-STAGE = Stage(
-    name="op_costs",
-    doc="Ideal DRAM bytes and useful FLOPs of every op range whose inputs the trace records, from the cost "
-        "models in `src/traceview/analysis/op_costs.toml` (*Cost models* above).",
-    requires=("ranges",),
-    creates=(
-        Relation("op_costs", "op range an op_costs.toml entry (or the profiler's own FLOP count) costs", {
-            "rank": "trace rank", "range_id": "the op's `ranges.range_id`", "kind": "copied from `ranges`",
-            "pid": "copied from `ranges`", "tid": "copied from `ranges`", "start_ns": "copied from `ranges`",
-            "end_ns": "copied from `ranges`", "external_id": "copied from `ranges`",
-            "op": "op name (`aten::mm`); for NVTX the text before the first comma",
-            "flops": "FLOPs of matmul-like ops (or the recorded value); NULL for others",
-            "bytes": "bytes read and written, when every input's type is known",
-            "elements": "elements read and written",
-            "input_dtype": "dtype of the first input",
-            "seq_len": "S of a `[B, S, H]` linear/matmul input (1 in decode)",
-            "cost_model": "the op_costs.toml entry that costed the op (`mm`, `sdpa`, `kv_cache_write`, ...), "
-                          "or `profiler`"}),
-    ),
-    run=lambda con, context: build_op_costs(con),
-)
+STAGE = MODULE.stage(run=lambda con, context: build_op_costs(con))

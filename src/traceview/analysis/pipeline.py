@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import duckdb
 
 from traceview.analysis import (accounting, activity, assemble, budget, categories, devices, engines, host_context,
-                                op_costs, phases, ranks, roofline, steady)
+                                op_costs, phases, ranks, roofline, sql_module, steady)
 from traceview.analysis.models import load_model
 from traceview.analysis.stage import Context, Stage, run_stages
 from traceview.errors import TraceviewError
@@ -57,9 +57,11 @@ STAGES: tuple[Stage, ...] = (
     activity.STAGE,
     ranks.STAGE,
     steady.STAGE,
+    sql_module.load("step_windows").stage(),
     engines.STAGE,
     host_context.STAGE,
     budget.STAGE,
+    sql_module.load("totals").stage(),
 )
 
 

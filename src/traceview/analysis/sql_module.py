@@ -20,6 +20,11 @@ docs/analysis.md lists) is read from these comments, so the docs cannot drift fr
 Relations are `table`, `view` or `transient table` (dropped by the stage that consumes it); `adds to
 TABLE:` documents the columns a stage's facts add to a schema table once `kernels` is assembled.
 A relation that repeats another's columns says `--   *: the columns of OTHER from COLUMN on`.
+Interval arithmetic (analysis/intervals.py, the one place its windows are written) is invoked from a module
+as a macro that the loader expands once, like Perfetto's `CREATE PERFETTO MACRO`: `busy_time!((SELECT rank,
+device_id, start_ns, end_ns FROM kernels), (rank, device_id))` becomes `intervals.busy_time_sql(...)`'s text,
+so the statement DuckDB plans is the one the Python stages compose. A relation argument is a parenthesised
+query, keys a parenthesised list of names, anything else an SQL expression.
 `-- section: NAME` lines split the statements into parts Python runs separately (under a condition,
 or around a values table). Python values reach the SQL only as bound `$name` parameters.
 """
@@ -34,6 +39,7 @@ from typing import Any, Callable, Mapping
 
 import duckdb
 
+from traceview.analysis import intervals
 from traceview.analysis.stage import Columns, Context, Relation, Stage
 from traceview.errors import TraceviewError
 
@@ -44,6 +50,17 @@ _MORE = re.compile(r"^--     +(.+)$")
 _INHERIT = re.compile(r"^--   \*: the columns of (\w+) from (\w+) on$")
 _HEADER = re.compile(r"^-- (stage|requires|creates|rewrites): ?(.*)$")
 _SECTION = re.compile(r"^-- section: (\w+)$")
+_MACRO = re.compile(r"\b(\w+)!\(")
+# name -> (the intervals.py function, what each argument is: a relation, keys, or an SQL expression)
+MACROS: dict[str, tuple[Callable[..., str], tuple[str, ...]]] = {
+    "with_prev_end": (intervals.with_prev_end_sql, ("relation", "keys", "keys")),
+    "busy_islands": (intervals.busy_islands_sql, ("relation", "keys", "expression")),
+    "islands_from_prev_end": (intervals.islands_from_prev_end_sql, ("relation", "keys", "expression")),
+    "busy_time": (intervals.busy_time_sql, ("relation", "keys")),
+    "islands_with_time_before": (intervals.islands_with_time_before_sql, ("relation", "keys")),
+    "time_before": (intervals.time_before_sql, ("relation", "keys")),
+    "busy_before": (intervals.busy_before_sql, ("expression", "expression")),
+}
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,14 @@ class SqlModule:
                 if missing:
                     raise TraceviewError(f"analysis module {self.name}: no value for ${', $'.join(sorted(missing))}")
                 con.execute(statement.sql, {p: parameters[p] for p in statement.parameters})
+
+    def query(self, con: duckdb.DuckDBPyConnection, section: str, **parameters: Any) -> list[tuple]:
+        """Run a section whose last statement is a query and return its rows: what Python acts on (a
+        diagnostic's text, a model's step shapes)."""
+        if not self.sections.get(section):
+            raise TraceviewError(f"analysis module {self.name}: no section {section!r}")
+        self.run(con, section, **parameters)
+        return con.fetchall()
 
     def stage(self, run: Callable[[duckdb.DuckDBPyConnection, Context], None] | None = None) -> Stage:
         """The scheduler's declaration; without `run`, the stage runs every statement with no parameters."""
@@ -119,7 +144,54 @@ def parse(name: str, text: str) -> SqlModule:
         raise ValueError(f"'-- creates:' lists {', '.join(listed['creates']) or 'nothing'} but the blocks "
                          f"document {', '.join(declared) or 'nothing'}")
     return SqlModule(name=name, doc=" ".join(doc), requires=listed["requires"], creates=relations, adds=adds,
-                     rewrites=listed["rewrites"], sections=_sections("\n".join(lines[body:])))
+                     rewrites=listed["rewrites"], sections=_sections(expand("\n".join(lines[body:]))))
+
+
+def expand(text: str) -> str:
+    """The text with every `name!(args)` macro replaced by its SQL, innermost arguments first."""
+    while (match := _MACRO.search(text)) is not None:
+        name = match.group(1)
+        if name not in MACROS:
+            raise ValueError(f"unknown macro {name}!(...): the macros are {', '.join(f'{m}!' for m in MACROS)}")
+        end, arguments = _arguments(text, match.end())
+        function, kinds = MACROS[name]
+        if not len(arguments) <= len(kinds):
+            raise ValueError(f"{name}!(...) takes at most {len(kinds)} arguments, got {len(arguments)}")
+        values = [_argument(expand(argument), kind, name) for argument, kind in zip(arguments, kinds)]
+        text = text[:match.start()] + function(*values) + text[end:]
+    return text
+
+
+def _arguments(text: str, start: int) -> tuple[int, list[str]]:
+    """The top-level comma-separated arguments from `start` (just past the opening parenthesis) to the matching
+    one, and the index past it; quotes and nested parentheses are skipped."""
+    depth, quoted, pieces, piece_start = 0, False, [], start
+    for i in range(start, len(text)):
+        char = text[i]
+        if char == "'":
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif char == ")":
+            pieces.append(text[piece_start:i])
+            return i + 1, [piece.strip() for piece in pieces]
+        elif char == "," and not depth:
+            pieces.append(text[piece_start:i])
+            piece_start = i + 1
+    raise ValueError("a macro's parentheses do not close")
+
+
+def _argument(text: str, kind: str, name: str) -> Any:
+    if kind == "expression":
+        return text
+    if not (text.startswith("(") and text.endswith(")")):
+        raise ValueError(f"{name}!(...): a {kind} argument is parenthesised, got {text[:40]!r}")
+    inner = text[1:-1].strip()
+    return inner if kind == "relation" else tuple(key.strip() for key in inner.split(",") if key.strip())
 
 
 def _blocks(lines: list[str]) -> tuple[tuple[Relation, ...], tuple[Columns, ...]]:

@@ -115,7 +115,7 @@ def _run(con: duckdb.DuckDBPyConnection, stage: Stage, context: Context) -> None
 
 def _rows_created(con: duckdb.DuckDBPyConnection, stage: Stage) -> int:
     """Rows of the tables a stage created (views are counted where they are read), for --profile."""
-    return sum(con.execute(f"SELECT count(*) FROM {relation.name}").fetchall()[0][0]  # fetchone leaves the
+    return sum(con.execute(f"SELECT count(*) FROM {db.ident(relation.name)}").fetchall()[0][0]  # fetchone leaves the
                for relation in stage.creates if not relation.view)  # result open, and the next register fails
 
 

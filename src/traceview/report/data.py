@@ -13,9 +13,7 @@ from typing import Any, Callable
 
 import duckdb
 
-from traceview import profiling
-from traceview.analysis.budget import BUCKETS, IDLE_KINDS
-from traceview.analysis.intervals import busy_time_sql
+from traceview import ingest, profiling
 from traceview.model import db
 from traceview.model.db import dict_rows
 from traceview.report.finding_windows import finding_windows
@@ -32,7 +30,7 @@ DIAGNOSIS_ROWS = 10  # rows per diagnosis table (largest first)
 COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
 FIX_MIN_WORDS, FIX_MAX_CHARS = 3, 120  # the verdict's one-clause fix: cut at a clause break past its third word
 # the labels rule fixes give their per-profiler parts ('nsys: profile with ...'), by trace format
-FIX_LABELS = {"nsys": ("nsys", "Nsight Systems"), "kineto": ("PyTorch profiler", "PyTorch")}
+FIX_LABELS = {reader.name: reader.fix_labels for reader in ingest.READERS}
 NO_ROOF_WORDS = {
     "no_gpu_spec": "no GPU spec matched; pass --gpu",
     "no_shapes": "no shapes recorded; profile with record_shapes=True (emit_nvtx(record_shapes=True) under nsys)",
@@ -42,8 +40,8 @@ NO_ROOF_WORDS = {
 }
 
 
-def _one(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, Any]:
-    rows = dict_rows(con, sql)
+def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -> dict[str, Any]:
+    rows = dict_rows(con, sql, params)
     return rows[0] if rows else {}
 
 
@@ -108,23 +106,11 @@ def _summary(con) -> dict[str, Any]:
 
 
 def _memops(con, kind: str, span_ns: int | None) -> dict[str, Any]:
-    """Copies (or memsets): count, busy time (union per device), bytes, achieved GB/s, per copy_kind.
-
-    GB/s is Σbytes / Σduration over the operations whose bytes are known (1 byte/ns = 1 GB/s).
-    """
-    source = f"SELECT rank, device_id, start_ns, end_ns FROM memops WHERE kind = '{kind}'"
-    total = _one(con, f"""
-        SELECT count(*) AS count,
-               CASE WHEN count(*) = 0 THEN 0 ELSE (SELECT sum(busy_ns) FROM ({busy_time_sql(source, ("rank", "device_id"))})) END::BIGINT AS busy_ns,
-               CASE WHEN count(*) = 0 THEN 0 ELSE sum(dur_ns) END::BIGINT AS time_ns,
-               CASE WHEN count(*) = 0 THEN 0 ELSE sum(bytes) END::BIGINT AS bytes,
-               sum(bytes) / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL), 0) AS gbps
-        FROM memops WHERE kind = '{kind}'""")
+    """Copies (or memsets): count, busy time (union per device), bytes, achieved GB/s, per copy_kind."""
+    total = _one(con, "SELECT count, busy_ns, time_ns, bytes, gbps FROM memop_totals WHERE kind = ?", [kind])
     total["busy_pct"] = 100.0 * total["busy_ns"] / span_ns if total["busy_ns"] is not None and span_ns else None
-    total["by_kind"] = dict_rows(con, f"""
-        SELECT coalesce(copy_kind, dst_kind, 'unknown') AS copy_kind, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
-               sum(bytes)::BIGINT AS bytes, sum(bytes) / nullif(sum(dur_ns) FILTER (WHERE bytes IS NOT NULL), 0) AS gbps
-        FROM memops WHERE kind = '{kind}' GROUP BY ALL ORDER BY time_ns DESC, copy_kind""")
+    total["by_kind"] = dict_rows(con, "SELECT copy_kind, count, time_ns, bytes, gbps FROM memop_kind_totals "
+                                      "WHERE kind = ? ORDER BY time_ns DESC, copy_kind", [kind])
     return total
 
 
@@ -148,97 +134,12 @@ def _phase_gap(phase: dict[str, Any]) -> str | None:
 
 
 def phase_rows(con) -> list[dict[str, Any]]:
-    """Per phase over all ranks; rates and % of roof as ratios of sums, NULL where no rank has the figure."""
-    phases = dict_rows(con, """
-        WITH model AS (
-            SELECT rank, phase, sum(roofline_floor_ns) AS roofline_floor_ns,
-                   sum(kernel_inefficiency_ns) AS kernel_inefficiency_ns, sum(gpu_idle_ns) AS gpu_idle_ns,
-                   sum(outside_gpu_ns) AS outside_gpu_ns, mode(dominant_term) AS dominant_term,
-                   sum(memory_time_ns) AS memory_time_ns, sum(compute_time_ns) AS compute_time_ns
-            FROM step_accounting GROUP BY ALL
-        ),
-        -- the evidence a phase's % of roof comes from: measured costs where any rank has them, else the model,
-        -- so ranks are pooled only over figures of one kind
-        roof_sources AS (
-            SELECT phase, CASE WHEN bool_or(bound_source = 'measured' AND pct_of_roof IS NOT NULL) THEN 'measured'
-                               WHEN bool_or(bound_source = 'model' AND pct_of_roof IS NOT NULL) THEN 'model' END AS roof_source
-            FROM phase_summary GROUP BY phase
-        )
-        SELECT p.phase, sum(p.steps)::BIGINT AS steps, sum(p.wall_ns)::BIGINT AS time_ns,
-               sum(p.gpu_busy_ns)::BIGINT AS gpu_busy_ns, sum(p.kernel_time_ns)::BIGINT AS kernel_time_ns,
-               sum(p.costed_time_ns)::BIGINT AS costed_time_ns,
-               100.0 * sum(p.costed_time_ns) / nullif(sum(p.kernel_time_ns), 0) AS coverage_pct,
-               sum(p.flops) AS flops, sum(p.bytes) AS bytes,
-               -- Σ FLOPs over Σ time of the kernels that have FLOPs (each rank's: its FLOPs / its rate), and bytes alike
-               sum(p.flops) / nullif(sum(p.flops / (p.achieved_tflops * 1e3)), 0) / 1e3 AS achieved_tflops,
-               sum(p.bytes) / nullif(sum(p.bytes / (p.achieved_tbps * 1e3)), 0) / 1e3 AS achieved_tbps,
-               sum(p.flops) FILTER (WHERE p.arithmetic_intensity IS NOT NULL)
-                   / nullif(sum(p.bytes) FILTER (WHERE p.arithmetic_intensity IS NOT NULL), 0) AS arithmetic_intensity,
-               sum(p.flops) FILTER (WHERE r.compute_floor_ns > 0) / nullif(sum(r.compute_floor_ns) / 1e9, 0)
-                   / any_value(g.hbm_bytes_per_s) AS ridge,
-               -- the wall, decided from the floors summed over the ranks whose % of roof is pooled (the
-               -- rule of roofline_by_phase and phase_summary); else the bound most ranks have
-               CASE any_value(c.roof_source)
-                   WHEN 'measured' THEN CASE
-                       WHEN sum(r.costed_time_ns) FILTER (WHERE p.bound_source = 'measured') IS NULL THEN NULL
-                       WHEN sum(r.compute_floor_ns) FILTER (WHERE p.bound_source = 'measured') IS NULL THEN 'memory'
-                       WHEN sum(r.memory_floor_ns) FILTER (WHERE p.bound_source = 'measured') IS NULL
-                            OR sum(r.compute_floor_ns) FILTER (WHERE p.bound_source = 'measured')
-                               >= sum(r.memory_floor_ns) FILTER (WHERE p.bound_source = 'measured') THEN 'compute'
-                       ELSE 'memory' END
-                   WHEN 'model' THEN CASE
-                       WHEN sum(a.memory_time_ns) FILTER (WHERE p.bound_source = 'model')
-                            >= sum(a.compute_time_ns) FILTER (WHERE p.bound_source = 'model') THEN 'memory'
-                       ELSE 'compute' END
-                   ELSE mode(p.bound) END AS bound,
-               CASE WHEN any_value(c.roof_source) IS NULL THEN mode(p.bound_source) ELSE any_value(c.roof_source) END
-                   AS bound_source,
-               sum(p.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = 'measured')::BIGINT
-                   AS roofline_floor_ns,
-               100.0 * sum(p.roofline_floor_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = c.roof_source)
-                   / nullif(sum(p.roof_basis_ns) FILTER (WHERE p.pct_of_roof IS NOT NULL AND p.bound_source = c.roof_source), 0)
-                   AS pct_of_roof,
-               sum(a.roofline_floor_ns)::BIGINT AS roofline_ns, sum(a.kernel_inefficiency_ns)::BIGINT AS kernel_inefficiency_ns,
-               sum(a.gpu_idle_ns)::BIGINT AS idle_ns, sum(a.outside_gpu_ns)::BIGINT AS outside_gpu_ns,
-               any_value(a.dominant_term) AS dominant_term,
-               mode(p.no_roof_reason) AS no_roof_reason
-        FROM phase_summary p
-        LEFT JOIN roofline_by_phase r USING (rank, phase)
-        LEFT JOIN model a USING (rank, phase)
-        LEFT JOIN roof_sources c USING (phase)
-        LEFT JOIN (SELECT d.rank, any_value(s.hbm_bytes_per_s) AS hbm_bytes_per_s FROM devices d
-                   JOIN gpu_specs s USING (spec_id) GROUP BY d.rank) g USING (rank)
-        GROUP BY p.phase""")
-    busy = _phase_busy(con)
+    """Per phase over all ranks (`phase_totals`), with why a phase has no % of roof in words."""
+    phases = dict_rows(con, "SELECT * FROM phase_totals")
     for phase in phases:
-        phase.update(busy.get(phase["phase"], {"kernel_busy_ns": 0, "copy_busy_ns": 0}))
         phase["roofline_gap"] = _phase_gap(phase)
         del phase["no_roof_reason"]
     return sorted(phases, key=lambda p: PHASE_ORDER.index(p["phase"]) if p["phase"] in PHASE_ORDER else 99)
-
-
-def _phase_busy(con) -> dict[str, dict[str, int]]:
-    """Per phase: kernel busy time and copy/memset busy time, each the union per device, summed (0 when none ran)."""
-    # a device whose kernels are all of one phase has that phase's busy time already (device_activity): only
-    # devices that ran several phases need a union per phase
-    one_phase = ("SELECT rank, device_id, any_value(phase) AS phase FROM kernels WHERE device_id IS NOT NULL "
-                 "GROUP BY rank, device_id HAVING count(DISTINCT phase) = 1")
-    kernels = ("SELECT rank, device_id, phase, start_ns, end_ns FROM kernels k "
-               f"ANTI JOIN ({one_phase}) o ON o.rank = k.rank AND o.device_id = k.device_id")
-    memops = ("SELECT m.rank, m.device_id, coalesce(s.phase, 'other') AS phase, m.start_ns, m.end_ns FROM memops m "
-              "LEFT JOIN steps s ON s.rank = m.rank AND s.step_id = m.step_id")
-    keys = ("rank", "device_id", "phase")
-    per_phase = (
-        ("kernel_busy_ns", f"""SELECT o.phase, sum(d.kernel_busy_ns)::BIGINT FROM ({one_phase}) o
-                               JOIN device_activity d ON d.rank = o.rank AND d.device_id = o.device_id GROUP BY o.phase"""),
-        ("kernel_busy_ns", f"SELECT phase, sum(busy_ns)::BIGINT FROM ({busy_time_sql(kernels, keys)}) GROUP BY phase"),
-        ("copy_busy_ns", f"SELECT phase, sum(busy_ns)::BIGINT FROM ({busy_time_sql(memops, keys)}) GROUP BY phase"),
-    )
-    busy: dict[str, dict[str, int]] = {}
-    for column, query in per_phase:
-        for phase, ns in con.execute(query).fetchall():
-            busy.setdefault(phase, {"kernel_busy_ns": 0, "copy_busy_ns": 0})[column] += ns
-    return busy
 
 
 def step_rows(con) -> list[dict[str, Any]]:
@@ -256,127 +157,51 @@ def step_rows(con) -> list[dict[str, Any]]:
 
 
 def phase_time_split(con) -> list[dict[str, Any]]:
-    """Per phase, the priced steps' owned wall time cut into parts that add up to it: the step budget's
-    compute and exposed-communication time apportioned to kernel categories and families by their kernel
-    time in each step, copies alone, GPU idle by kind, and time outside GPU work. `traceview diff` takes
-    per-step means of these to say what a change in step time is made of."""
-    idle = " + ".join(f"b.idle_{kind}_ns" for kind in IDLE_KINDS)
-    rows = dict_rows(con, f"""
-        WITH priced AS (SELECT * FROM step_budget WHERE step_id IS NOT NULL AND priced),
-        family AS (
-            SELECT k.rank, k.step_id, k.category, k.short_name, sum(k.dur_ns) AS dur_ns,
-                   k.category IS NOT DISTINCT FROM 'communication' AS communication
-            FROM kernels k JOIN priced b ON b.rank = k.rank AND b.step_id = k.step_id GROUP BY ALL
-        ),
-        shares AS (  -- a family's share of the bucket its kind of kernel fills in its step
-            SELECT f.rank, f.step_id, f.category, f.short_name,
-                   CASE WHEN f.communication THEN b.communication_ns ELSE b.compute_ns END * f.dur_ns
-                       / sum(f.dur_ns) OVER (PARTITION BY f.rank, f.step_id, f.communication) AS ns
-            FROM family f JOIN priced b ON b.rank = f.rank AND b.step_id = f.step_id
-        ),
-        families AS (  -- sums of doubles in a stated order: a parallel sum's last digits follow thread timing
-            SELECT s.phase, f.category, f.short_name, sum(f.ns ORDER BY f.rank, f.step_id) AS ns
-            FROM shares f JOIN priced s ON s.rank = f.rank AND s.step_id = f.step_id GROUP BY ALL
-        ),
-        totals AS (
-            SELECT b.phase, count(*) AS steps, sum(b.wall_ns)::BIGINT AS wall_ns,
-                   sum(b.compute_ns + b.communication_ns)::BIGINT AS kernel_ns, sum(b.copy_ns)::BIGINT AS copy_ns,
-                   {", ".join(f"sum(b.idle_{kind}_ns)::BIGINT AS idle_{kind}_ns" for kind in IDLE_KINDS)},
-                   sum({idle})::BIGINT AS idle_ns, sum(b.outside_gpu_ns)::BIGINT AS outside_gpu_ns
-            FROM priced b GROUP BY b.phase
-        )
-        SELECT t.*,
-               coalesce((SELECT list(struct_pack(category := category, ns := ns) ORDER BY ns DESC, category)
-                         FROM (SELECT category, sum(ns ORDER BY short_name) AS ns FROM families f
-                               WHERE f.phase IS NOT DISTINCT FROM t.phase GROUP BY category)), []) AS categories,
-               coalesce((SELECT list(struct_pack(short_name := short_name, category := category, ns := ns)
-                                     ORDER BY ns DESC, short_name, category)
-                         FROM families f WHERE f.phase IS NOT DISTINCT FROM t.phase), []) AS families
-        FROM totals t ORDER BY t.phase""")
-    for row in rows:  # a bucket with no kernel of its kind in the step (work of a neighbour step ran there)
-        row["unattributed_kernel_ns"] = row["kernel_ns"] - sum(c["ns"] for c in row["categories"])
-    return rows
+    """Per phase, the priced steps' owned wall time cut into parts that add up to it (`phase_time_split`);
+    `traceview diff` takes per-step means of these to say what a change in step time is made of."""
+    return dict_rows(con, "SELECT * FROM phase_time_split ORDER BY phase")
 
 
 def _top_kernels(con) -> list[dict[str, Any]]:
-    return dict_rows(con, f"""
-        WITH variants AS (  -- a family's name, category and dtype are those of its variant with the most time
-            SELECT short_name, arg_max(struct_pack(name := name, category := category, dtype := dtype),
-                                       (variant_ns, name)) AS top
-            FROM (SELECT short_name, name, category, dtype, sum(dur_ns) AS variant_ns FROM kernels GROUP BY ALL)
-            GROUP BY short_name
-        )
-        SELECT k.short_name, any_value(v.top.name) AS name, any_value(v.top.category) AS category,
-               any_value(v.top.dtype) AS dtype,
-               count(*) AS count, sum(k.dur_ns)::BIGINT AS time_ns,
-               100.0 * sum(k.dur_ns) / (SELECT sum(dur_ns) FROM kernels) AS share_pct,
-               median(k.dur_ns)::BIGINT AS median_ns,
-               -- HBM figures from accepted costs only: an L2-resident kernel's bytes/s are not HBM bandwidth
-               sum(k.flops) FILTER (WHERE k.cost_status = 'accepted')
-                   / nullif(sum(k.dur_ns) FILTER (WHERE k.cost_status = 'accepted' AND k.flops IS NOT NULL), 0) / 1e3
-                   AS achieved_tflops,
-               sum(k.bytes) FILTER (WHERE k.cost_status = 'accepted')
-                   / nullif(sum(k.dur_ns) FILTER (WHERE k.cost_status = 'accepted' AND k.bytes IS NOT NULL), 0) / 1e3
-                   AS achieved_tbps,
-               string_agg(DISTINCT k.phase, ', ' ORDER BY k.phase) AS phases
-        FROM kernels k JOIN variants v ON v.short_name IS NOT DISTINCT FROM k.short_name
-        GROUP BY k.short_name ORDER BY time_ns DESC, k.short_name LIMIT {TOP_KERNELS}""")
+    return dict_rows(con, "SELECT * FROM kernel_family_rates ORDER BY time_ns DESC, short_name LIMIT ?", [TOP_KERNELS])
 
 
 def _kernel_families(con) -> list[dict[str, Any]]:
     """Every kernel family (short name and category) with its time: what `traceview diff` compares."""
-    return dict_rows(con, """
-        SELECT short_name, category, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
-               string_agg(DISTINCT phase, ', ' ORDER BY phase) AS phases
-        FROM kernels GROUP BY short_name, category ORDER BY time_ns DESC, short_name, category""")
+    return dict_rows(con, "SELECT * FROM kernel_families ORDER BY time_ns DESC, short_name, category")
 
 
 def _categories(con) -> list[dict[str, Any]]:
-    return dict_rows(con, """
-        SELECT phase, category, kernels, time_ns, 100.0 * time_ns / sum(time_ns) OVER (PARTITION BY phase) AS share_of_phase_pct
-        FROM (SELECT phase, category, count(*) AS kernels, sum(dur_ns)::BIGINT AS time_ns FROM kernels GROUP BY ALL)
-        ORDER BY phase, time_ns DESC, category""")
+    return dict_rows(con, "SELECT * FROM category_time ORDER BY phase, time_ns DESC, category")
 
 
 def _roofline(con) -> dict[str, Any]:
     """Points for the roofline chart: phases, categories, and the longest kernels (sampled, never all)."""
-    kernels = dict_rows(con, f"""
+    kernels = dict_rows(con, """
         SELECT name, category, phase, dtype, dur_ns, arithmetic_intensity, achieved_tflops, achieved_tbps, bound, pct_of_roof
         FROM roofline_kernels WHERE arithmetic_intensity > 0 AND achieved_tflops > 0
-        ORDER BY dur_ns DESC, name, phase, achieved_tflops LIMIT {ROOFLINE_KERNEL_POINTS}""")
-    categories = dict_rows(con, """
-        SELECT category, sum(time_ns)::BIGINT AS time_ns, sum(flops) / sum(bytes) AS arithmetic_intensity,
-               sum(flops) / sum(flops / (achieved_tflops * 1e3)) / 1e3 AS achieved_tflops,
-               100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
-                   / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
-        FROM roofline_by_category WHERE flops > 0 AND bytes > 0 GROUP BY category ORDER BY category""")
-    phases = dict_rows(con, """
-        SELECT phase, sum(flops) / sum(bytes) AS arithmetic_intensity,
-               sum(flops) / sum(flops / (achieved_tflops * 1e3)) / 1e3 AS achieved_tflops,
-               100.0 * sum(roofline_floor_ns) FILTER (WHERE pct_of_roof IS NOT NULL)
-                   / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
-        FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase ORDER BY phase""")
+        ORDER BY dur_ns DESC, name, phase, achieved_tflops LIMIT ?""", [ROOFLINE_KERNEL_POINTS])
+    categories = dict_rows(con, "SELECT * FROM roofline_category_totals ORDER BY category")
+    phases = dict_rows(con, "SELECT * FROM roofline_phase_totals ORDER BY phase")
     return {"kernels": kernels, "categories": categories, "phases": phases}
 
 
 def _diagnosis(con) -> dict[str, Any]:
     """What the rules' causes rest on: steady state, where step time went, engines, idle by kind with the host
     work under the gaps, launch queue depth, blocking calls and ranks side by side (docs/report-json.md)."""
-    budget_sums = ", ".join(f"sum({bucket}_ns)::BIGINT AS {bucket}_ns" for bucket in BUCKETS)
-    context = "cpu_op, issuing_op, python_frame, user_range"
     ranks = dict_rows(con, "SELECT * FROM rank_summary ORDER BY rank")
+    rows = [DIAGNOSIS_ROWS]
     return {
         "steady_state": dict_rows(con, """
-            SELECT rank, verdict, steps, steady_steps, warmup_steps, init_steps, dominant_phase, first_steady_step,
-                   last_steady_step, non_steady_ns, init_ns, init_summary, more_steps_needed
-            FROM steady_state ORDER BY rank"""),
-        "unsteady_steps": dict_rows(con, f"""
+            SELECT s.rank, s.verdict, s.steps, s.steady_steps, s.warmup_steps, s.init_steps, s.dominant_phase,
+                   s.first_steady_step, s.last_steady_step, s.non_steady_ns, s.init_ns, s.init_summary,
+                   s.more_steps_needed, coalesce(p.unpriced_steps, 0) AS unpriced_steps,
+                   coalesce(p.unpriced_ns, 0) AS unpriced_ns
+            FROM steady_state s LEFT JOIN rank_pricing p USING (rank) ORDER BY s.rank"""),
+        "unsteady_steps": dict_rows(con, """
             SELECT rank, step_id, phase, state, reason, wall_ns FROM step_states WHERE state <> 'steady'
-            ORDER BY rank, step_id LIMIT {DIAGNOSIS_ROWS}"""),
-        "time_budget": dict_rows(con, f"""
-            SELECT coalesce(phase, 'outside steps') AS phase, count(*) FILTER (WHERE step_id IS NOT NULL) AS steps,
-                   sum(wall_ns)::BIGINT AS wall_ns, {budget_sums}
-            FROM step_budget WHERE priced GROUP BY ALL ORDER BY wall_ns DESC, phase"""),
+            ORDER BY rank, step_id LIMIT ?""", rows),
+        "time_budget": dict_rows(con, "SELECT * FROM priced_time_by_phase ORDER BY wall_ns DESC, phase"),
         "engines": dict_rows(con, """
             SELECT rank, device_id, span_ns, kernel_ns, copy_ns, memset_ns, idle_ns, copy_only_ns, copy_only_pct,
                    compute_stream_copy_ns, side_stream_copy_ns, host_link, host_link_bytes_per_s
@@ -385,33 +210,23 @@ def _diagnosis(con) -> dict[str, Any]:
             SELECT rank, device_id, direction, copies, bytes, busy_ns, copy_only_ns, pinned_copies, pageable_copies,
                    compute_stream_copies, link, link_bytes_per_s, achieved_bytes_per_s, pct_of_link
             FROM copy_directions ORDER BY busy_ns DESC, rank, device_id, direction"""),
-        "idle_by_kind": dict_rows(con, """
-            SELECT rank, device_id, idle_kind, sum(gaps)::BIGINT AS gaps, sum(idle_ns)::BIGINT AS idle_ns,
-                   max(largest_gap_ns) AS largest_gap_ns
-            FROM idle_by_kind GROUP BY ALL ORDER BY rank, device_id, idle_ns DESC, idle_kind"""),
-        "queue_depth": dict_rows(con, f"""
-            SELECT rank, device_id, stream_id, sum(launches)::BIGINT AS launches,
-                   sum(depth_at_launch_mean * launches) / nullif(sum(launches), 0) AS depth_at_launch_mean,
-                   max(depth_max) AS depth_max,
-                   100.0 * sum(empty_launches) / nullif(sum(launches), 0) AS empty_launch_pct
-            FROM launch_queue_depth GROUP BY ALL ORDER BY launches DESC, rank, device_id, stream_id
-            LIMIT {DIAGNOSIS_ROWS}"""),
-        "gap_causes": dict_rows(con, f"""
+        "idle_by_kind": dict_rows(con, "SELECT * FROM idle_totals ORDER BY rank, device_id, idle_ns DESC, idle_kind"),
+        "queue_depth": dict_rows(con, "SELECT * FROM queue_depth_totals ORDER BY launches DESC, rank, device_id, "
+                                      "stream_id LIMIT ?", rows),
+        "gap_causes": dict_rows(con, """
             SELECT rank, device_id, step_id, start_ns, dur_ns, idle_kind, next_op, host_call, host_call_dur_ns,
-                   {context}
-            FROM idle_gap_context ORDER BY dur_ns DESC, rank, start_ns LIMIT {DIAGNOSIS_ROWS}"""),
-        "blocking_calls": dict_rows(con, f"""
-            SELECT rank, step_id, name, reason, start_ns, dur_ns, exposed_idle_ns, saving_ns, {context}
-            FROM blocking_calls ORDER BY saving_ns DESC, dur_ns DESC, rank, start_ns LIMIT {DIAGNOSIS_ROWS}"""),
+                   cpu_op, issuing_op, python_frame, user_range
+            FROM idle_gap_context ORDER BY dur_ns DESC, rank, start_ns LIMIT ?""", rows),
+        "blocking_calls": dict_rows(con, """
+            SELECT rank, step_id, name, reason, start_ns, dur_ns, exposed_idle_ns, saving_ns, cpu_op, issuing_op,
+                   python_frame, user_range
+            FROM blocking_calls ORDER BY saving_ns DESC, dur_ns DESC, rank, start_ns LIMIT ?""", rows),
         "ranks": ranks if len(ranks) > 1 else [],
-        "collectives": dict_rows(con, f"""
+        "collectives": dict_rows(con, """
             SELECT family, name, occurrence, participants, min_dur_ns, max_dur_ns, wait_ns, last_rank, start_skew_ns
-            FROM collectives WHERE wait_ns > 0 ORDER BY wait_ns DESC, family, occurrence LIMIT {DIAGNOSIS_ROWS}"""),
-        "stragglers": dict_rows(con, f"""
-            SELECT phase, ordinal, any_value(slowest_rank) AS slowest_rank, any_value(skew_ns) AS skew_ns,
-                   any_value(wall_skew_ns) AS wall_skew_ns, any_value(ranks) AS ranks
-            FROM rank_steps WHERE skew_ns IS NOT NULL GROUP BY phase, ordinal
-            ORDER BY skew_ns DESC, phase, ordinal LIMIT {DIAGNOSIS_ROWS}"""),
+            FROM collectives WHERE wait_ns > 0 ORDER BY wait_ns DESC, family, occurrence LIMIT ?""", rows),
+        "stragglers": dict_rows(con, "SELECT * FROM rank_step_skew ORDER BY skew_ns DESC, phase, ordinal LIMIT ?",
+                                rows),
     }
 
 
@@ -458,7 +273,7 @@ def _wall_line(phases: list[dict[str, Any]]) -> str:
     worked = sorted((p for p in phases if p["phase"] != "empty" and p["time_ns"]), key=lambda p: -p["time_ns"])
     walls = [f"{p['phase']} is {p['bound']}-bound"
              + (f" at {_share(p['pct_of_roof'])} of its roof" if p["pct_of_roof"] is not None else "")
-             + f" ({(p['bound_source'] or 'unknown source').replace('_', ' ')})" for p in worked if p["bound"]]
+             + f" ({_bound_basis(p)})" for p in worked if p["bound"]]
     unknown: dict[str, list[str]] = {}
     for phase in worked:
         if phase["roofline_gap"]:
@@ -470,6 +285,16 @@ def _wall_line(phases: list[dict[str, Any]]) -> str:
     gaps = [f"no % of roof for {_and(names)}: {gap}" for gap, names in unknown.items()]
     line = "; ".join([", ".join(walls)] + gaps) + "."
     return line[0].upper() + line[1:]
+
+
+def _bound_basis(phase: dict[str, Any]) -> str:
+    """The evidence a phase's wall was decided from (phase_totals.bound_source) and, where the kernels that have
+    costs say otherwise, that too: they are too few to decide (under half the kernel time), not ignored."""
+    basis = (phase["bound_source"] or "unknown source").replace("_", " ")
+    if phase["costed_bound"] and phase["costed_bound"] != phase["bound"] and phase["coverage_pct"] is not None:
+        basis += (f"; the {_share(phase['coverage_pct'])} of kernel time with costs runs "
+                  f"{phase['costed_bound']}-bound")
+    return basis
 
 
 def _fix_summary(finding: dict[str, Any], trace_format: str | None) -> str:
@@ -537,7 +362,7 @@ def trace_summary(con: duckdb.DuckDBPyConnection) -> dict[str, Any]:
         "traces": dict_rows(con, "SELECT *, end_ns - start_ns AS span_ns FROM trace_info ORDER BY rank"),
         "devices": dict_rows(con, "SELECT * FROM devices ORDER BY rank, device_id"),
         "phases": [{"wall_ns": p["time_ns"], **p} for p in phase_rows(con)],
-        "rows": {table: con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]
+        "rows": {table: con.execute(f"SELECT count(*) FROM {db.ident(table)}").fetchall()[0][0]
                  for table in db.CONTRACT_TABLES if table != "trace_info"},
         "kernels": {"graph": kinds.get("graph", 0), "eager": kinds.get("eager", 0)},
         "diagnostics": dict_rows(con, "SELECT rank, source, severity, code, message FROM diagnostics ORDER BY "

@@ -90,8 +90,8 @@ def _diagnosis_lines(diagnosis: dict[str, Any]) -> list[str]:
         else:
             state = (f"**no steady state** ({r['steady_steps']} steady of {r['steps']} steps): profile at least "
                      f"{r['more_steps_needed']} more iterations")
-        unpriced = (f"; {r['init_steps'] + r['warmup_steps']} initialisation/warm-up steps "
-                    f"({duration(r['non_steady_ns'])}) not priced" if r["init_steps"] or r["warmup_steps"] else "")
+        unpriced = (f"; {r['unpriced_steps']} initialisation/warm-up step{'' if r['unpriced_steps'] == 1 else 's'} "
+                    f"({duration(r['unpriced_ns'])}) not priced" if r["unpriced_steps"] else "")
         lines.append(f"- Rank {r['rank']}: {state}{unpriced}")
     budget = diagnosis["time_budget"]
     if budget:

@@ -1,0 +1,454 @@
+-- stage: activity
+-- Every kernel and memop on one timeline per GPU: idle gaps with their cause, busy unions, the busiest device, and
+-- communication less the compute beside it; rules TV201, TV203, TV204, TV401 and the report read these instead of
+-- windows of their own.
+-- requires: kernels, memops, api_calls, devices, gpu_specs
+-- creates: gpu_activity, gpu_idle_gaps, idle_by_kind, launch_queue_depth, device_activity, busiest_device,
+--     rank_busy_islands, comm_islands
+--
+-- Needs kernels.category/step_id and memops.step_id. Every interval fact rests on the one running-max window of
+-- analysis/intervals.py, invoked here as its macros (with_prev_end, busy_islands, busy_time, ...; the loader
+-- expands each into the helper's text): `prev_end_ns` is the latest end among the intervals of a key that start
+-- before this one (max(end_ns) over the rows before it in start_ns, end_ns order); an interval starting past it
+-- opens a busy island (and ends an idle gap), and an island ends where the next island's opener says the work
+-- before it ended (its prev_end_ns), the last at the key's latest end.
+
+-- Host calls that block the host until the GPU catches up, one row per call (rank, call_id, pid, tid, name,
+-- start_ns, end_ns, dur_ns, reason, memop columns). The one definition: idle-gap causes (sync_wait) and
+-- analysis/host_context.py's blocking_calls (TV204, TV206) read it.
+--   'synchronize'   device/stream/event/context synchronize (api_calls.is_sync, not a memcpy)
+--   'sync_memcpy'   a memcpy API without Async (api_calls.is_sync): it waits for the stream, then the copy
+--   'pageable_dtoh' an async copy from the device into pageable host memory, which CUDA runs synchronously
+--                   (torch .item(), .cpu(), .tolist())
+--   'sync_memset'   a memset without Async on pinned host or managed memory
+CREATE OR REPLACE MACRO host_blocking_calls() AS TABLE
+WITH issued AS (
+    -- each call's memop (the first if its correlation id repeats)
+    SELECT a.rank, a.call_id, a.pid, a.tid, a.name, a.start_ns, a.end_ns, a.dur_ns, a.is_sync,
+           arg_min(struct_pack(kind := m.kind, copy_kind := m.copy_kind, bytes := m.bytes,
+                               src_kind := m.src_kind, dst_kind := m.dst_kind), m.memop_id) AS m
+    FROM api_calls a
+    LEFT JOIN memops m ON m.rank = a.rank AND m.pid = a.pid AND m.correlation_id = a.correlation_id
+    WHERE a.is_sync OR m.memop_id IS NOT NULL
+    GROUP BY ALL
+)
+SELECT rank, call_id, pid, tid, name, start_ns, end_ns, dur_ns,
+       CASE WHEN is_sync AND m.kind = 'memcpy' THEN 'sync_memcpy'
+            WHEN is_sync THEN 'synchronize'
+            WHEN m.kind = 'memcpy' THEN 'pageable_dtoh'
+            ELSE 'sync_memset' END AS reason,
+       m.kind AS memop_kind, m.copy_kind, m.bytes, m.src_kind, m.dst_kind
+FROM issued
+WHERE is_sync
+   OR (m.kind = 'memcpy' AND m.copy_kind = 'DtoH' AND m.dst_kind = 'Pageable')
+   OR (m.kind = 'memset' AND NOT regexp_matches(name, '(?i)async') AND m.dst_kind IN ('Pinned', 'Managed'));
+
+-- table gpu_activity: one row per kernel or memop (prev_end_ns orders them per (rank, device_id) by start, end, kind and id)
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   stream_id: stream it ran on
+--   kind: 'kernel' or 'memop'
+--   activity_id: kernels.kernel_id or memops.memop_id
+--   start_ns: start on the GPU
+--   end_ns: end on the GPU
+--   dur_ns: end_ns - start_ns
+--   pid: process that issued it
+--   correlation_id: id linking it to its launch or API call, unique per (rank, pid)
+--   step_id: the step whose launch call issued it (steps.step_id); NULL outside every step
+--   launch_call_id: kernels: api_calls.call_id of the launch call; NULL for memops
+--   launch_kind: kernels: 'graph' or 'eager'; NULL for memops
+--   category: kernels: kernels.category; NULL for memops
+--   comm_family: communication kernels: custom_all_reduce, nccl_all_reduce, all_gather, reduce_scatter, all_to_all
+--     (collective and expert-parallel dispatch/combine), send_recv, broadcast or other_comm; NULL otherwise
+--   prev_end_ns: latest end among the device's activities before this one (all streams) in the order start_ns,
+--     end_ns, kind, activity_id; NULL for the first. start_ns > prev_end_ns: this activity ended an idle gap (of
+--     work that starts and ends together, the kernel before a memop, the lower id first, so every run names the
+--     same one)
+CREATE OR REPLACE TABLE gpu_activity AS
+WITH a AS (
+    WITH families AS (
+        -- communication families by kernel name, matched once per distinct communication kernel name
+        SELECT n.name,
+               CASE
+                   -- one-shot/two-shot kernels of vLLM/SGLang/TRT-LLM custom all-reduce (peer-to-peer buffers,
+                   -- not NCCL)
+                   WHEN regexp_matches(n.name, '(?i)cross_device_reduce|one_?shot|two_?shot|quick_?reduce|custom_?ar([^a-z]|$)|lamport|allreduce_fusion')
+                       THEN 'custom_all_reduce'
+                   WHEN regexp_matches(n.name, '(?i)all_?reduce') THEN 'nccl_all_reduce'
+                   WHEN regexp_matches(n.name, '(?i)all_?gather') THEN 'all_gather'
+                   WHEN regexp_matches(n.name, '(?i)reduce_?scatter') THEN 'reduce_scatter'
+                   -- collective all-to-all, and expert-parallel dispatch/combine (DeepEP and its forks' <lib>_ep /
+                   -- intranode / internode_ll namespaces, pplx, mori, TRT-LLM moeA2A, a2a_* kernels)
+                   WHEN regexp_matches(n.name, '(?i)all_?to_?all|deep_?ep|(^|[^a-z])(([a-z0-9]+_)?ep|pplx|uccl|mori)::|(intra|inter)_?node(_ll[a-z0-9_]*)?::|moe_?a2a|(^|[^a-z])a2a_|_token_(intra|inter)_?node')
+                       THEN 'all_to_all'
+                   WHEN regexp_matches(n.name, '(?i)send|recv') THEN 'send_recv'
+                   WHEN regexp_matches(n.name, '(?i)broadcast') THEN 'broadcast'
+                   ELSE 'other_comm'
+               END AS comm_family
+        FROM (SELECT DISTINCT name FROM kernels WHERE category = 'communication') n
+    )
+    SELECT k.rank, k.device_id, k.stream_id, 'kernel' AS kind, k.kernel_id AS activity_id,
+           k.start_ns, k.end_ns, k.dur_ns, k.pid, k.correlation_id, k.step_id,
+           k.launch_call_id, k.launch_kind, k.category, f.comm_family
+    FROM kernels k LEFT JOIN families f ON k.category = 'communication' AND f.name IS NOT DISTINCT FROM k.name
+    UNION ALL
+    SELECT rank, device_id, stream_id, 'memop', memop_id, start_ns, end_ns, dur_ns, pid, correlation_id,
+           step_id, NULL::BIGINT, NULL::VARCHAR, NULL::VARCHAR, NULL::VARCHAR
+    FROM memops
+),
+w AS (
+    -- the window sorts only what it orders by (a window carries every column it is given, the kernels' strings
+    -- too) and the rest joins on the activity's id: 2 M-kernel export 0.73 -> 0.55 s
+    with_prev_end!((
+        SELECT rank, device_id, 'kernel' AS kind, kernel_id AS activity_id, start_ns, end_ns FROM kernels
+        UNION ALL
+        SELECT rank, device_id, 'memop', memop_id, start_ns, end_ns FROM memops
+    ), (rank, device_id), (kind, activity_id))
+)
+SELECT a.*, w.prev_end_ns FROM a JOIN w USING (rank, kind, activity_id);
+
+-- table gpu_idle_gaps: one row per idle gap inside a device's active span: no kernel or memop on any of its streams
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   start_ns: when the device went idle (the end of all earlier work)
+--   end_ns: when the activity that ended the gap started
+--   dur_ns: end_ns - start_ns
+--   kind: the ending activity's kind ('kernel' or 'memop')
+--   activity_id: the ending activity's kernel_id or memop_id
+--   name: the ending activity's name: a kernel's short_name (the full name when it has none), a memop's display
+--     name
+--   step_id: the ending activity's step
+--   pid: the ending activity's process
+--   correlation_id: the ending activity's correlation id
+--   call_id: its launch call: a kernel's kernels.launch_call_id; a memop's (or a kernel's with none linked) the
+--     earliest api_calls row of its correlation id; NULL when the trace has none
+--   call_start_ns: when that launch call started on the host
+--   call_tid: the thread that made the launch call
+--   cause: unknown (no launch call in the trace), launch_overhead (the call started before the gap: queued work
+--     started late), sync_wait (the launching thread sat in a host-blocking call, host_blocking_calls(), during the gap),
+--     host_launch_late (the host issued the work only after the GPU ran dry)
+--   idle_kind: the budget's name for the cause: 'host_wait' (host_launch_late), 'bubble' (launch_overhead: a
+--     kernel-to-kernel bubble, the work was already queued), 'sync_drain' (sync_wait), 'unknown'
+--
+-- Each gap with the launch call of the work that ended it, and why the GPU waited for it. gpu_idle_gaps is a
+-- table: the budget, the host context and idle_by_kind read every gap, so it is computed once.
+CREATE OR REPLACE TABLE gpu_idle_gaps AS
+WITH ended AS NOT MATERIALIZED (
+    SELECT rank, device_id, prev_end_ns AS start_ns, start_ns AS end_ns, start_ns - prev_end_ns AS dur_ns,
+           kind, activity_id, step_id, pid, correlation_id
+    FROM gpu_activity WHERE start_ns > prev_end_ns
+),
+gaps AS NOT MATERIALIZED (
+    -- the name is looked up per gap, not carried on every activity; a kernel's one name is chosen
+    -- before the join, which then carries one string a kernel, not two. A kernel brings the launch call
+    -- ingest linked it to (kernels.launch_call_id)
+    SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id,
+           CASE g.kind WHEN 'kernel' THEN k.name ELSE m.name END AS name,
+           g.step_id, g.pid, g.correlation_id, k.launch_call_id
+    FROM ended g
+    LEFT JOIN (SELECT rank, kernel_id, coalesce(short_name, name) AS name, launch_call_id FROM kernels) k
+      ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
+    LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
+),
+first_ids AS (
+    -- work with no linked launch (memops, a kernel whose correlation id holds no launch call): the first
+    -- call of its correlation id, found once per id: call ids run in start order (docs/schema.md), so
+    -- the first is the lowest id
+    SELECT a.rank, a.pid, a.correlation_id, min(a.call_id) AS call_id
+    FROM api_calls a
+    SEMI JOIN (SELECT rank, pid, correlation_id FROM ended WHERE kind = 'memop'
+               UNION ALL
+               SELECT rank, pid, correlation_id FROM kernels WHERE launch_call_id IS NULL) g
+      ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
+    GROUP BY a.rank, a.pid, a.correlation_id
+),
+called AS MATERIALIZED (
+    SELECT g.* EXCLUDE (launch_call_id), a.call_id, a.start_ns AS call_start_ns, a.tid AS call_tid
+    FROM gaps g
+    LEFT JOIN first_ids f ON g.launch_call_id IS NULL AND f.rank = g.rank AND f.pid = g.pid
+                         AND f.correlation_id = g.correlation_id
+    LEFT JOIN api_calls a ON a.rank = g.rank AND a.call_id = coalesce(g.launch_call_id, f.call_id)
+),
+synced AS (
+    -- the gaps during which the launching thread sat in a host-blocking call (a synchronize, a
+    -- blocking memcpy): few, so found by an inner join and marked on the rest by key
+    SELECT DISTINCT g.rank, g.device_id, g.kind, g.activity_id
+    FROM called g
+    JOIN host_blocking_calls() s
+      ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.call_id <> g.call_id
+     AND s.start_ns < g.end_ns AND s.end_ns > g.start_ns
+),
+waited AS NOT MATERIALIZED (
+    SELECT g.*, y.activity_id IS NOT NULL AS in_sync
+    FROM called g
+    LEFT JOIN synced y ON y.rank = g.rank AND y.device_id = g.device_id AND y.kind = g.kind
+                      AND y.activity_id = g.activity_id
+),
+caused AS NOT MATERIALIZED (
+    SELECT * EXCLUDE (in_sync),
+           CASE
+               WHEN call_start_ns IS NULL THEN 'unknown'
+               -- issued before the GPU went idle: launch/queue latency (a slow launch call, a
+               -- cross-stream wait, a graph upload), not a late host
+               WHEN call_start_ns < start_ns THEN 'launch_overhead'
+               WHEN in_sync THEN 'sync_wait'
+               ELSE 'host_launch_late'
+           END AS cause
+    FROM waited
+)
+SELECT *, CASE cause WHEN 'host_launch_late' THEN 'host_wait' WHEN 'launch_overhead' THEN 'bubble'
+                     WHEN 'sync_wait' THEN 'sync_drain' ELSE 'unknown' END AS idle_kind
+FROM caused;
+
+-- table idle_by_kind: one row per (rank, device_id, step_id, idle_kind) with any idle gap: the device's idle split by what kept it idle
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   step_id: the step of the activity that ended the gaps (gpu_idle_gaps.step_id); NULL outside every step
+--   idle_kind: gpu_idle_gaps.idle_kind
+--   gaps: idle gaps of this kind
+--   idle_ns: Σ their dur_ns
+--   largest_gap_ns: the longest of them
+CREATE OR REPLACE TABLE idle_by_kind AS
+SELECT rank, device_id, step_id, idle_kind, count(*) AS gaps, sum(dur_ns)::BIGINT AS idle_ns,
+       max(dur_ns) AS largest_gap_ns
+FROM gpu_idle_gaps
+GROUP BY ALL
+ORDER BY rank, device_id, step_id NULLS LAST, idle_kind;
+
+-- table launch_queue_depth: one row per (rank, device_id, stream_id, step_id) with any launch: how far the host ran ahead of the GPU on a stream. A pending launch is one launch call (a CUDA-graph replay counts once, on each stream it runs on) from the start of the call until the last of its kernels or memops on the stream ends
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   stream_id: stream
+--   step_id: the step whose launch calls these are; NULL outside every step
+--   launches: launch calls (kernel, graph, memcpy or memset) whose work ran on the stream
+--   graph_launches: of them, CUDA/HIP graph launches
+--   depth_at_launch_mean: mean number of the stream's earlier launches still pending as each call starts
+--   depth_mean: time-weighted mean of pending launches, from this step's first launch on the stream to the next
+--     launch of another step (or the stream's last event)
+--   depth_max: most launches pending at once (counting the new one)
+--   empty_launches: launches that found nothing pending: the GPU had drained and waited for the host
+--   empty_launch_pct: 100 * empty_launches / launches
+--   unordered_launches: launches whose work ended before the call started (clock skew between host and GPU
+--     timestamps): left out of every depth figure
+--
+-- Pending launches per stream as a running sum: +1 when a launch call starts, -1 when its work ends. HTA's queue
+-- length counts -1 at the GPU op's start and every kernel of a graph as a launch; here a launch is pending until
+-- its work has finished, and a graph replay is one launch per stream, pending until its last kernel there ends.
+-- Kernels with no launch call in the trace were not launched in it and are not counted. At one instant an ending
+-- launch is counted before a starting one.
+CREATE OR REPLACE TABLE launch_queue_depth AS
+WITH items AS (
+    SELECT rank, device_id, stream_id, launch_call_id AS call_id, any_value(step_id) AS step_id,
+           max(end_ns) AS done_ns, bool_or(launch_kind = 'graph') AS graph
+    FROM kernels WHERE launch_call_id IS NOT NULL
+    GROUP BY rank, device_id, stream_id, launch_call_id
+    UNION ALL
+    SELECT m.rank, m.device_id, m.stream_id, min(a.call_id), m.step_id, m.end_ns, false
+    FROM memops m
+    JOIN api_calls a ON a.rank = m.rank AND a.pid = m.pid AND a.correlation_id = m.correlation_id
+    GROUP BY m.rank, m.memop_id, m.device_id, m.stream_id, m.step_id, m.end_ns
+),
+queued AS (
+    SELECT i.*, a.start_ns AS call_ns, i.done_ns > a.start_ns AS ordered
+    FROM items i JOIN api_calls a ON a.rank = i.rank AND a.call_id = i.call_id
+),
+events AS (
+    SELECT rank, device_id, stream_id, call_ns AS t, CASE WHEN ordered THEN 1 ELSE 0 END AS delta,
+           step_id, graph, ordered
+    FROM queued
+    UNION ALL
+    SELECT rank, device_id, stream_id, done_ns, -1, NULL, NULL, NULL FROM queued WHERE ordered
+),
+swept AS (
+    -- one order, sorted on every core, then read in that order by a streaming window (an empty OVER
+    -- keeps the rows' order): half the time of an ordered window, which sorts and then evaluates each
+    -- function over the sorted partition. A stream's deltas sum to zero, so the running sum restarts on
+    -- its own at every stream, and a stream's first event is a launch, which owns itself
+    SELECT *,
+           (sum(delta) OVER w)::BIGINT AS depth,
+           CASE WHEN lead(rank) OVER w = rank AND lead(device_id) OVER w IS NOT DISTINCT FROM device_id
+                     AND lead(stream_id) OVER w IS NOT DISTINCT FROM stream_id
+                THEN lead(t) OVER w - t END AS held_ns,
+           -- the step of the latest launch so far owns the time until the next event
+           last_value(CASE WHEN delta >= 0 THEN struct_pack(step_id := step_id) END IGNORE NULLS) OVER w
+               AS owner
+    FROM (SELECT * FROM events ORDER BY rank, device_id, stream_id, t, delta)
+    WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT rank, device_id, stream_id, owner.step_id AS step_id,
+       count(*) FILTER (WHERE delta = 1) AS launches,
+       count(*) FILTER (WHERE delta = 1 AND graph) AS graph_launches,
+       avg(depth - 1) FILTER (WHERE delta = 1) AS depth_at_launch_mean,
+       sum(depth * held_ns) / nullif(sum(held_ns), 0) AS depth_mean,
+       max(depth) FILTER (WHERE delta = 1) AS depth_max,
+       count(*) FILTER (WHERE delta = 1 AND depth = 1) AS empty_launches,
+       100.0 * count(*) FILTER (WHERE delta = 1 AND depth = 1)
+             / nullif(count(*) FILTER (WHERE delta = 1), 0) AS empty_launch_pct,
+       count(*) FILTER (WHERE delta = 0) AS unordered_launches
+FROM swept
+GROUP BY ALL
+ORDER BY rank, device_id, stream_id, step_id NULLS LAST;
+
+-- table device_activity: one row per (rank, device_id) that ran any kernel or memop
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   first_ns: start of its first activity
+--   last_ns: end of its last activity
+--   span_ns: last_ns - first_ns: the active span
+--   busy_ns: length of the union of its kernel and memop intervals (overlaps counted once)
+--   kernel_ns: Σ kernel durations (overlapping kernels counted each); NULL on a device that ran no kernel
+--   kernel_busy_ns: length of the union of its kernel intervals; NULL on a device that ran no kernel
+--   idle_ns: Σ gpu_idle_gaps.dur_ns: span_ns - busy_ns
+--   gaps: idle gaps inside the span
+--   comm_kernels: communication kernels it ran; NULL when none
+--   comm_ns: length of the union of its communication kernels; NULL when none
+--   comm_exposed_ns: the part of comm_ns with no non-communication kernel running beside it
+--
+-- Per device: islands and gaps partition the span, so busy time is the span less its gaps. Each communication
+-- island is set against the compute beside it: the union of the device's non-communication kernels, whatever step
+-- launched them (only on devices that communicate: elsewhere there is nothing to set the compute against). The
+-- overlap of [lo, hi) with those disjoint islands is C(hi) - C(lo), where C(t) is the compute-busy time before t:
+-- the `before` of the last compute island starting at or before t, plus the part of that island before t (0 when
+-- none starts before t: nothing ran, a true zero, not unknown), read with an ASOF join.
+CREATE OR REPLACE TABLE device_activity AS
+WITH comm_activity AS NOT MATERIALIZED (
+    SELECT * FROM gpu_activity WHERE kind = 'kernel' AND category = 'communication'
+),
+comm AS (
+    SELECT rank, device_id, sum(hi - lo)::BIGINT AS comm_ns, sum(exposed_ns)::BIGINT AS comm_exposed_ns
+    FROM (
+        WITH compute_cum AS (
+            -- the compute islands, each with the compute-busy time of the islands before it
+            islands_with_time_before!((SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
+                                       WHERE kind = 'kernel' AND category <> 'communication'
+                                         AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
+                                      (rank, device_id))
+        ),
+        busy_before_hi AS (
+            SELECT c.*, busy_before!(k, c.hi) AS c_hi
+            FROM (
+                -- the communication islands
+                busy_islands!((SELECT rank, device_id, start_ns, end_ns FROM comm_activity), (rank, device_id))
+            ) c
+            ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
+        ),
+        busy_before_lo AS (
+            SELECT c.*, busy_before!(k, c.lo) AS c_lo
+            FROM busy_before_hi c
+            ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
+        )
+        SELECT rank, device_id, lo, hi, hi - lo - (c_hi - c_lo) AS exposed_ns FROM busy_before_lo
+    ) GROUP BY rank, device_id
+),
+comm_kernels AS (SELECT rank, device_id, count(*) AS comm_kernels FROM comm_activity GROUP BY rank, device_id),
+spans AS (
+    SELECT rank, device_id, min(start_ns) AS first_ns, max(end_ns) AS last_ns,
+           sum(CASE WHEN start_ns > prev_end_ns THEN start_ns - prev_end_ns ELSE 0 END)::BIGINT AS idle_ns,
+           count(*) FILTER (WHERE start_ns > prev_end_ns) AS gaps,
+           sum(dur_ns) FILTER (WHERE kind = 'kernel')::BIGINT AS kernel_ns,
+           count(*) FILTER (WHERE kind = 'memop') AS memops
+    FROM gpu_activity GROUP BY rank, device_id
+),
+kernel_busy AS (
+    -- only where memops share the timeline do kernels alone need a union of their own. No islands needed: in
+    -- start order, the part of an interval not covered before it is what lies past prev_end_ns, and those parts
+    -- sum to the union
+    busy_time!((SELECT rank, device_id, start_ns, end_ns FROM kernels
+                WHERE (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM memops)), (rank, device_id))
+)
+SELECT s.rank, s.device_id, s.first_ns, s.last_ns, s.last_ns - s.first_ns AS span_ns,
+       s.last_ns - s.first_ns - s.idle_ns AS busy_ns, s.kernel_ns,
+       CASE WHEN s.memops = 0 AND s.device_id IS NOT NULL THEN s.last_ns - s.first_ns - s.idle_ns
+            ELSE k.busy_ns END AS kernel_busy_ns,
+       s.idle_ns, s.gaps, n.comm_kernels, c.comm_ns, c.comm_exposed_ns
+FROM spans s
+LEFT JOIN kernel_busy k ON k.rank = s.rank AND k.device_id = s.device_id
+LEFT JOIN comm c ON c.rank = s.rank AND c.device_id = s.device_id
+LEFT JOIN comm_kernels n ON n.rank = s.rank AND n.device_id = s.device_id
+ORDER BY s.rank, s.device_id;
+
+-- view busiest_device: one row per trace at most: the (rank, device_id) that ran the most kernel time (ties: lowest rank, then device_id); none when the trace has no kernels
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   name: devices.name
+--   spec_id: devices.spec_id: the matched hardware/ file
+--   spec_name: gpu_specs.name of that spec
+--   hbm_tbps: the spec's HBM bandwidth, 10¹² bytes/s
+--   sm_count: devices.sm_count
+--   memory_bytes: devices.memory_bytes
+--   kernel_time_ns: Σ kernel durations on this device
+--   devices_used: distinct (rank, device_id) that ran kernels
+--
+-- A view (as comm_islands): computed when a rule or report reads it, so a filter on it is pushed down.
+CREATE OR REPLACE VIEW busiest_device AS
+SELECT d.rank, d.device_id, d.name, d.spec_id, s.name AS spec_name, s.hbm_bytes_per_s / 1e12 AS hbm_tbps,
+       d.sm_count, d.memory_bytes, k.kernel_time_ns,
+       count(*) OVER () AS devices_used
+FROM (SELECT rank, device_id, sum(dur_ns)::BIGINT AS kernel_time_ns FROM kernels GROUP BY rank, device_id) k
+JOIN devices d ON d.rank = k.rank AND d.device_id = k.device_id
+LEFT JOIN gpu_specs s ON s.spec_id = d.spec_id
+ORDER BY k.kernel_time_ns DESC, d.rank, d.device_id
+LIMIT 1;
+
+-- table rank_busy_islands: one row per maximal busy interval of a rank: the union of its kernels and memops over every device
+--   rank: trace rank
+--   start_ns: the island's first start
+--   end_ns: the island's last end
+CREATE OR REPLACE TABLE rank_busy_islands AS
+WITH one_device AS NOT MATERIALIZED (
+    -- a rank with one device has that device's islands, read off gpu_activity's own prev_end_ns
+    SELECT rank FROM gpu_activity GROUP BY rank HAVING count(DISTINCT device_id) = 1 AND count(device_id) = count(*)
+)
+SELECT rank, lo AS start_ns, hi AS end_ns FROM (
+    islands_from_prev_end!((SELECT * FROM gpu_activity WHERE rank IN (SELECT rank FROM one_device)), (rank, device_id))
+)
+UNION ALL
+SELECT rank, lo, hi FROM (
+    busy_islands!((SELECT rank, start_ns, end_ns FROM gpu_activity WHERE NOT rank IN (SELECT rank FROM one_device)),
+                  (rank))
+)
+ORDER BY rank, start_ns;
+
+-- view comm_islands: one row per maximal interval of communication kernels per device, step and family, with the part no compute kernel ran beside
+--   rank: trace rank
+--   device_id: GPU ordinal
+--   step_id: the step that launched the kernels; NULL outside every step
+--   family: gpu_activity.comm_family, or 'all': every family of the step merged
+--   start_ns: the island's first start
+--   end_ns: the island's last end
+--   comm_ns: end_ns - start_ns
+--   exposed_ns: comm_ns minus its overlap with the union of the device's non-communication kernels (any step)
+--
+-- Per step and family, and per step across families ('all'), as TV401 reports them; the compute beside each
+-- island as in device_activity.
+CREATE OR REPLACE VIEW comm_islands AS
+WITH comm_activity AS NOT MATERIALIZED (
+    SELECT * FROM gpu_activity WHERE kind = 'kernel' AND category = 'communication'
+)
+SELECT rank, device_id, step_id, family, lo AS start_ns, hi AS end_ns, hi - lo AS comm_ns, exposed_ns
+FROM (
+    WITH compute_cum AS (
+        islands_with_time_before!((SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
+                                   WHERE kind = 'kernel' AND category <> 'communication'
+                                     AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
+                                  (rank, device_id))
+    ),
+    busy_before_hi AS (
+        SELECT c.*, busy_before!(k, c.hi) AS c_hi
+        FROM (
+            -- the communication islands per step and family
+            busy_islands!((
+                SELECT rank, device_id, step_id, comm_family AS family, start_ns, end_ns FROM comm_activity
+                UNION ALL
+                SELECT rank, device_id, step_id, 'all', start_ns, end_ns FROM comm_activity
+            ), (rank, device_id, step_id, family))
+        ) c
+        ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
+    ),
+    busy_before_lo AS (
+        SELECT c.*, busy_before!(k, c.lo) AS c_lo
+        FROM busy_before_hi c
+        ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
+    )
+    SELECT rank, device_id, step_id, family, lo, hi, hi - lo - (c_hi - c_lo) AS exposed_ns FROM busy_before_lo
+);

@@ -1,0 +1,592 @@
+-- stage: steps
+-- Steps (engine iterations, forward passes, training iterations), their phase with its evidence, and
+-- the step each kernel and memop belongs to.
+-- requires: kernels, memops, api_calls, ranges, kernel_name_labels, labelled_kernels, op_costs
+-- creates: kernel_steps, memop_steps, steps
+--
+-- A step is a host-side window (`_step_windows`), taken from the first source that gives a rank any: the
+-- user's --step-regex (section user_regex), an engine's step annotation (section grammar, run once per
+-- grammar of analysis/steps.toml in file order), an `execute_model` Python frame, a ProfilerStep; nested
+-- windows keep the outermost; with none of these, a burst of GPU work between idle gaps where such bursts
+-- repeat a kernel pattern (else the rank's GPU work is one window). The GPU work of a step is what its
+-- launches caused (joined on correlation id). The interval facts (bursts, training-role islands, busy time)
+-- are analysis/intervals.py's busy_islands_sql and busy_time_sql, invoked here as the busy_islands and busy_time
+-- macros that the loader expands into those helpers' text: `prev_end_ns` is the latest end among the intervals
+-- of a key that start before this one.
+
+-- section: windows
+CREATE OR REPLACE TEMP TABLE _step_windows (
+    rank INTEGER, pid BIGINT, tid BIGINT, start_ns BIGINT, end_ns BIGINT, name VARCHAR,
+    source VARCHAR, phase VARCHAR, confidence DOUBLE, prefill_requests BIGINT,
+    prefill_tokens BIGINT, decode_requests BIGINT, decode_tokens BIGINT,
+    prefill_context_tokens BIGINT, decode_context_tokens BIGINT
+);
+
+-- The rows of the relation `source_name` (rank, pid, tid, start_ns, end_ns, name) whose name matches a step
+-- grammar, with the phase and token counts its capture groups give: `grammar_groups` names the pattern's
+-- capture groups in order (a count the grammar does not capture is NULL), `_modes` maps a captured mode to
+-- its phase. The caller binds the grammar's values, so its pattern is a constant (compiled once).
+CREATE OR REPLACE TEMP MACRO _grammar_windows(source_name, grammar_pattern, grammar_groups, grammar_name,
+                                              grammar_confidence) AS TABLE
+WITH matched AS (
+    SELECT src.rank, src.pid, src.tid, src.start_ns, src.end_ns, src.name,
+           regexp_extract(src.name, grammar_pattern, grammar_groups)::MAP(VARCHAR, VARCHAR) AS m
+    FROM query_table(source_name) src
+    WHERE regexp_matches(src.name, grammar_pattern)
+),
+counted AS (
+    SELECT matched.*, md.phase AS mode_phase,
+           TRY_CAST(m['prefill_requests'] AS BIGINT) AS pr, TRY_CAST(m['prefill_tokens'] AS BIGINT) AS pt,
+           TRY_CAST(m['decode_requests'] AS BIGINT) AS dr, TRY_CAST(m['decode_tokens'] AS BIGINT) AS dt,
+           TRY_CAST(m['prefill_context_tokens'] AS BIGINT) AS pc, TRY_CAST(m['decode_context_tokens'] AS BIGINT) AS dc,
+           TRY_CAST(m['requests'] AS BIGINT) AS rq, TRY_CAST(m['tokens'] AS BIGINT) AS tk
+    FROM matched LEFT JOIN _modes md ON md.mode = m['mode']
+),
+labelled AS (
+    SELECT *, coalesce(mode_phase, CASE
+        WHEN coalesce(pr, pt, 0) > 0 AND coalesce(dr, dt, 0) > 0 THEN 'mixed'
+        WHEN coalesce(pr, pt, 0) > 0 THEN 'prefill'
+        WHEN coalesce(dr, dt, 0) > 0 THEN 'decode'
+        ELSE 'empty' END) AS phase
+    FROM counted
+)
+SELECT rank, pid, tid, start_ns, end_ns, name, 'annotation:' || grammar_name AS source, phase,
+       grammar_confidence::DOUBLE AS confidence,
+       coalesce(pr, CASE WHEN phase = 'prefill' THEN rq END) AS prefill_requests,
+       coalesce(pt, CASE WHEN phase = 'prefill' THEN tk END, CASE WHEN phase = 'decode' THEN 0 END) AS prefill_tokens,
+       coalesce(dr, CASE WHEN phase = 'decode' THEN rq END) AS decode_requests,
+       -- a generation request makes one token per step when the annotation counts only requests
+       coalesce(dt, CASE WHEN phase = 'decode' THEN coalesce(tk, dr) END,
+                CASE WHEN phase = 'prefill' THEN 0 END) AS decode_tokens,
+       pc AS prefill_context_tokens, dc AS decode_context_tokens
+FROM labelled;
+
+-- section: user_regex
+INSERT INTO _step_windows
+SELECT rank, pid, tid, start_ns, end_ns, name, 'user_regex', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM ranges
+WHERE kind <> 'gpu_user_annotation' AND regexp_matches(name, $regex)
+  AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
+
+-- section: grammar
+-- One grammar ($pattern, $groups, $grammar, $confidence; its modes in `_modes`): windows from the annotation
+-- ranges matching it, on ranks that have none yet ...
+INSERT INTO _step_windows BY NAME
+WITH grammar_input AS (
+    SELECT * FROM ranges
+    WHERE list_contains($annotation_kinds, kind) AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows)
+)
+SELECT * FROM _grammar_windows('grammar_input', $pattern, $groups, $grammar, $confidence);
+
+-- ... and phases for user-regex windows whose names match it
+UPDATE _step_windows w SET phase = g.phase, confidence = g.confidence,
+       prefill_requests = g.prefill_requests, prefill_tokens = g.prefill_tokens,
+       decode_requests = g.decode_requests, decode_tokens = g.decode_tokens,
+       prefill_context_tokens = g.prefill_context_tokens, decode_context_tokens = g.decode_context_tokens
+FROM (
+    WITH grammar_input AS (SELECT * FROM _step_windows WHERE phase IS NULL AND source = 'user_regex')
+    SELECT * FROM _grammar_windows('grammar_input', $pattern, $groups, $grammar, $confidence)
+) g
+WHERE w.phase IS NULL AND w.source = 'user_regex' AND w.rank = g.rank AND w.pid = g.pid
+  AND w.tid = g.tid AND w.start_ns = g.start_ns AND w.end_ns = g.end_ns AND w.name = g.name;
+
+-- section: work
+INSERT INTO _step_windows
+SELECT rank, pid, tid, start_ns, end_ns, name, 'execute_model', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM ranges WHERE (kind = 'python_function' AND name GLOB '*: execute_model')
+  AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
+
+INSERT INTO _step_windows
+SELECT rank, pid, tid, start_ns, end_ns, name, 'profiler_step', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM ranges WHERE (kind = 'profiler_step') AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
+
+-- Drop windows nested in another window of the same thread (a step annotated twice).
+DELETE FROM _step_windows w
+WHERE EXISTS (
+    SELECT 1 FROM _step_windows o
+    WHERE o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
+      AND o.start_ns <= w.start_ns AND o.end_ns >= w.end_ns
+      AND (o.start_ns < w.start_ns OR o.end_ns > w.end_ns OR o.name < w.name)
+);
+
+-- Fallback: a step is a burst of GPU work ended by an idle gap longer than $gap ns, with that gap, but only on
+-- a rank whose bursts repeat a kernel pattern; elsewhere the rank's GPU work is one window. A burst's pattern is
+-- the names of its first $head kernels, so iterations that differ only in their tail (a logging reduction, an
+-- optimizer on every other step) still match. The bursts split into steps when at least half of them share
+-- their pattern with another burst: 50 launches of one solver kernel are 50 steps, a test binary's sequence of
+-- different matmuls is one window (with a `gap_steps_not_repeating` diagnostic saying why), not a "step" per test.
+CREATE OR REPLACE TEMP TABLE _gap_bursts AS
+WITH bursts AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY lo) AS burst FROM (
+    -- the bursts of all GPU work of ranks without windows, copies included: a copy-bound run's copies belong to
+    -- its iterations (busy_islands_sql keyed by rank, merging gaps up to $gap)
+    busy_islands!((SELECT rank, start_ns, end_ns
+                   FROM (SELECT rank, start_ns, end_ns FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM memops)
+                   WHERE rank NOT IN (SELECT DISTINCT rank FROM _step_windows)), (rank), $gap)
+)),
+patterns AS (  -- the names of the first kernels of each burst, in start order: a top-n, not a sort
+    -- (wrapped, so an unnamed kernel keeps its place)
+    SELECT b.rank, b.burst, hash(list_transform(min_by(struct_pack(name := k.name), (k.start_ns, k.kernel_id), $head), lambda h: h.name)) AS pattern
+    FROM kernels k ASOF JOIN bursts b ON k.rank = b.rank AND k.start_ns >= b.lo
+    GROUP BY ALL
+)
+-- a copy-only burst has no kernel pattern: it is GPU work of the run, but repeats nothing
+SELECT b.rank, b.burst, b.lo, b.hi, p.pattern,
+       CASE WHEN p.pattern IS NULL THEN 1 ELSE count(*) OVER (PARTITION BY b.rank, p.pattern) END AS occurrences
+FROM bursts b LEFT JOIN patterns p USING (rank, burst);
+
+CREATE OR REPLACE TEMP TABLE _gap_ranks AS
+SELECT rank, count(*) AS bursts, count(DISTINCT pattern) AS patterns,
+       count(*) FILTER (WHERE occurrences > 1) AS repeating, min(lo) AS lo, max(hi) AS hi,
+       2 * count(*) FILTER (WHERE occurrences > 1) >= count(*) AS split
+FROM _gap_bursts GROUP BY rank;
+
+INSERT INTO _step_windows
+-- an iteration is its burst and the idle gap after it, up to the next burst: the host time between
+-- bursts is part of every iteration's cycle (the last burst ends with its work)
+SELECT b.rank, NULL, NULL, b.lo, coalesce(lead(b.lo) OVER (PARTITION BY b.rank ORDER BY b.lo), b.hi),
+       'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM _gap_bursts b JOIN _gap_ranks r USING (rank) WHERE r.split
+UNION ALL
+SELECT rank, NULL, NULL, lo, hi, 'gpu span', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM _gap_ranks WHERE NOT split;
+
+INSERT INTO diagnostics
+SELECT rank, 'analysis', 'info', 'gap_steps_not_repeating',
+       printf('%d GPU bursts between idle gaps over %.3f ms, with %d distinct kernel patterns (%d bursts share '
+              || 'theirs with another): fewer than half repeat, so they are one window, not %d steps; a step '
+              || 'marker (ProfilerStep, an NVTX range per iteration, --step-regex) would split it',
+              bursts, $gap / 1e6, patterns, repeating, bursts),
+       NULL
+FROM _gap_ranks WHERE NOT split AND bursts > 1
+ORDER BY rank;
+
+DROP TABLE _gap_bursts;
+
+DROP TABLE _gap_ranks;
+
+-- Each kernel and memop gets the step whose window holds its launch call (ASOF on the thread). A launch from a
+-- thread that has no step window of its own (PyTorch runs backward on an autograd thread while ProfilerStep#N is
+-- recorded on the main one) belongs to the step its process has open at that moment.
+CREATE OR REPLACE TEMP TABLE _numbered_windows AS
+SELECT *, row_number() OVER (PARTITION BY rank ORDER BY start_ns, end_ns) - 1 AS step_id
+FROM _step_windows;
+
+CREATE OR REPLACE TEMP TABLE _step_calls AS
+WITH step_threads AS (SELECT DISTINCT rank, pid, tid FROM _numbered_windows WHERE pid IS NOT NULL),
+step_processes AS (SELECT DISTINCT rank, pid FROM step_threads),
+-- only calls of processes with a thread's window are matched (windows of GPU bursts have no thread)
+calls AS (
+    SELECT a.* FROM api_calls a SEMI JOIN step_processes p ON p.rank = a.rank AND p.pid = a.pid
+    WHERE a.correlation_id IS NOT NULL
+),
+own_thread AS (
+    SELECT a.rank, a.pid, a.correlation_id, w.step_id
+    FROM calls a
+    ASOF JOIN _numbered_windows w
+      ON a.rank = w.rank AND a.pid = w.pid AND a.tid = w.tid AND a.start_ns >= w.start_ns
+    WHERE a.start_ns < w.end_ns
+),
+other_thread AS (
+    SELECT a.rank, a.pid, a.correlation_id, w.step_id
+    FROM (SELECT * FROM calls a
+          WHERE NOT EXISTS (SELECT 1 FROM step_threads t
+                            WHERE t.rank = a.rank AND t.pid = a.pid AND t.tid = a.tid)) a
+    ASOF JOIN _numbered_windows w
+      ON a.rank = w.rank AND a.pid = w.pid AND a.start_ns >= w.start_ns
+    WHERE a.start_ns < w.end_ns
+)
+SELECT rank, pid, correlation_id, any_value(step_id) AS step_id
+FROM (SELECT * FROM own_thread UNION ALL SELECT * FROM other_thread)
+GROUP BY ALL;
+
+-- adds to kernels:
+--   step_id: the step whose launch call started this work (`steps.step_id`); work with no launch call in the trace
+--     (issued before the capture began): the latest-starting step whose window holds its start; NULL when launched
+--     outside every step
+--   phase: the step's phase; 'other' for work launched outside any step
+
+-- adds to memops:
+--   step_id: the step whose launch call started this work (`steps.step_id`); work with no launch call in the trace
+--     (issued before the capture began): the latest-starting step whose window holds its start; NULL when launched
+--     outside every step
+
+-- The step whose window holds the launch call; a burst window (gpu_gap) holds the work itself; work whose launch
+-- call the trace lacks (issued before the capture began) goes by where it ran.
+-- transient table kernel_steps: one row per kernel
+--   rank: trace rank
+--   kernel_id: `kernels.kernel_id`
+--   step_id: the step whose launch call started this work (`steps.step_id`); work with no launch call in the trace
+--     (issued before the capture began): the latest-starting step whose window holds its start; NULL when launched
+--     outside every step
+CREATE OR REPLACE TABLE kernel_steps AS
+WITH by_call AS (
+    SELECT t.rank, t.kernel_id, c.step_id FROM kernels t
+    JOIN _step_calls c ON t.rank = c.rank AND t.pid = c.pid AND t.correlation_id = c.correlation_id
+),
+by_burst AS (
+    SELECT t.rank, t.kernel_id, w.step_id
+    FROM kernels t ASOF JOIN (SELECT * FROM _numbered_windows WHERE source = 'gpu_gap') w
+      ON t.rank = w.rank AND t.start_ns >= w.start_ns
+    WHERE t.end_ns <= w.end_ns
+),
+by_start AS (
+    SELECT t.rank, t.kernel_id, w.step_id
+    FROM (SELECT * FROM kernels t WHERE NOT EXISTS (
+              SELECT 1 FROM api_calls a
+              WHERE a.rank = t.rank AND a.pid = t.pid AND a.correlation_id = t.correlation_id)) t
+    ASOF JOIN _numbered_windows w ON t.rank = w.rank AND t.start_ns >= w.start_ns
+    WHERE t.start_ns < w.end_ns
+)
+SELECT rank, kernel_id, coalesce(b.step_id, c.step_id, u.step_id) AS step_id
+FROM by_call c FULL JOIN by_burst b USING (rank, kernel_id) FULL JOIN by_start u USING (rank, kernel_id);
+
+-- transient table memop_steps: one row per memop
+--   rank: trace rank
+--   memop_id: `memops.memop_id`
+--   step_id: the step whose launch call started this work (`steps.step_id`); work with no launch call in the trace
+--     (issued before the capture began): the latest-starting step whose window holds its start; NULL when launched
+--     outside every step
+CREATE OR REPLACE TABLE memop_steps AS
+WITH by_call AS (
+    SELECT t.rank, t.memop_id, c.step_id FROM memops t
+    JOIN _step_calls c ON t.rank = c.rank AND t.pid = c.pid AND t.correlation_id = c.correlation_id
+),
+by_burst AS (
+    SELECT t.rank, t.memop_id, w.step_id
+    FROM memops t ASOF JOIN (SELECT * FROM _numbered_windows WHERE source = 'gpu_gap') w
+      ON t.rank = w.rank AND t.start_ns >= w.start_ns
+    WHERE t.end_ns <= w.end_ns
+),
+by_start AS (
+    SELECT t.rank, t.memop_id, w.step_id
+    FROM (SELECT * FROM memops t WHERE NOT EXISTS (
+              SELECT 1 FROM api_calls a
+              WHERE a.rank = t.rank AND a.pid = t.pid AND a.correlation_id = t.correlation_id)) t
+    ASOF JOIN _numbered_windows w ON t.rank = w.rank AND t.start_ns >= w.start_ns
+    WHERE t.start_ns < w.end_ns
+)
+SELECT rank, memop_id, coalesce(b.step_id, c.step_id, u.step_id) AS step_id
+FROM by_call c FULL JOIN by_burst b USING (rank, memop_id) FULL JOIN by_start u USING (rank, memop_id);
+
+-- the memops of steps: their ingested columns ($memop_columns, the contract's: a second analysis finds
+-- step_id already on memops) and their step
+CREATE OR REPLACE TEMP TABLE _phase_memops AS
+SELECT m.*, s.step_id
+FROM (SELECT COLUMNS(lambda c: list_contains($memop_columns, c)) FROM memops) m
+JOIN memop_steps s USING (rank, memop_id) WHERE s.step_id IS NOT NULL;
+
+-- section: gemm_tiles
+-- (name, tile) over the distinct GEMM kernel names: 'small', 'large' or NULL, the token-side tile the name
+-- states (the smaller side of the first of $tile_patterns that matches; a pattern out of a list is no constant,
+-- so it is compiled once per name, and there are few GEMM names). Python stores the rows in `_gemm_tiles`.
+SELECT name, CASE WHEN skinny THEN 'small'
+                  WHEN high <= $small_max OR low <= $skinny_max THEN 'small'
+                  WHEN low >= $large_min THEN 'large' END AS tile
+FROM (
+    -- the smaller and larger side; NULL when the name states no tile
+    SELECT name, skinny,
+           CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a < b THEN a ELSE b END AS low,
+           CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a < b THEN b ELSE a END AS high
+    FROM (SELECT name, skinny, TRY_CAST(regexp_extract(name, tile_pattern, 1) AS INTEGER) AS a,
+                 TRY_CAST(regexp_extract(name, tile_pattern, 2) AS INTEGER) AS b
+          FROM (SELECT name, regexp_matches(name, $skinny) AS skinny,
+                       list_filter($tile_patterns, lambda p: regexp_matches(name, p))[1] AS tile_pattern
+                FROM (SELECT DISTINCT name FROM labelled_kernels WHERE category = 'gemm')))
+);
+
+-- section: steps
+-- the kernels of steps with what phase evidence needs, names left behind (the GEMM tile is read once per
+-- distinct name instead)
+CREATE OR REPLACE TEMP TABLE _phase_kernels AS
+SELECT k.rank, k.kernel_id, s.step_id, k.start_ns, k.end_ns, k.dur_ns, k.launch_kind,
+       k.launch_call_id, k.category, k.attention_phase_hint, t.tile
+FROM labelled_kernels k JOIN kernel_steps s USING (rank, kernel_id)
+LEFT JOIN _gemm_tiles t USING (name)  -- the token-side tile, read once per distinct GEMM kernel name
+WHERE s.step_id IS NOT NULL;
+
+-- Every kernel and memop of a step with its training role: backward, optimizer or other. A launch is backward
+-- or optimizer work when its call runs inside such a range on the same thread (the autograd engine records each
+-- node it runs; torch.optim records step and zero_grad), or, for the optimizer, when it is an optimizer kernel
+-- ($backward and $optimizer: steps.toml [training]). A thread most of whose launches are backward work is the
+-- autograd engine's device thread, so its remaining launches (a 2021-era trace's adds with no enclosing node
+-- range) are backward too. Optimizer wins over backward (optimizer-in-backward hooks).
+CREATE OR REPLACE TEMP TABLE _step_work AS
+WITH host_ranges AS (
+    SELECT * FROM ranges WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx', 'python_function')
+),
+roles AS (  -- the regexes run once per distinct range name, not once per range
+    SELECT name, regexp_matches(name, $backward) AS backward, regexp_matches(name, $optimizer) AS optimizer
+    FROM (SELECT DISTINCT name FROM host_ranges)
+),
+marks AS (
+    SELECT r.rank, r.pid, r.tid, r.start_ns, r.end_ns, n.backward, n.optimizer
+    FROM host_ranges r JOIN roles n USING (name)
+    WHERE n.backward OR n.optimizer
+),
+memop_calls AS (  -- the calls of the steps' memops only: grouping every API call costs as much as the rest
+    SELECT a.rank, a.pid, a.correlation_id, any_value(a.tid) AS tid, min(a.start_ns) AS call_ns
+    FROM api_calls a
+    SEMI JOIN _phase_memops m ON m.rank = a.rank AND m.pid = a.pid AND m.correlation_id = a.correlation_id
+    GROUP BY ALL
+),
+work AS (
+    SELECT k.rank, k.step_id, 'kernel' AS work, k.kernel_id AS work_id, k.start_ns, k.end_ns,
+           k.category = 'optimizer' AS optimizer_kernel, a.pid, a.tid, a.start_ns AS call_ns
+    FROM _phase_kernels k LEFT JOIN api_calls a ON a.rank = k.rank AND a.call_id = k.launch_call_id
+    UNION ALL
+    SELECT m.rank, m.step_id, 'memop', m.memop_id, m.start_ns, m.end_ns, FALSE, c.pid, c.tid, c.call_ns
+    FROM _phase_memops m LEFT JOIN memop_calls c
+      ON c.rank = m.rank AND c.pid = m.pid AND c.correlation_id = m.correlation_id
+),
+-- a call is inside some backward (optimizer) range iff it is inside the union of those ranges on
+-- its thread: the union's islands are disjoint, so an ASOF join finds the only candidate
+-- (busy_islands_sql of the marks keyed by thread)
+backward_islands AS (
+    busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE backward), (rank, pid, tid))
+),
+optimizer_islands AS (
+    busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE optimizer), (rank, pid, tid))
+),
+marked_threads AS (SELECT DISTINCT rank, pid, tid FROM marks),
+enclosed AS (
+    -- only work launched from a thread with such ranges is looked up (an inference trace has none)
+    SELECT w.*, coalesce(b.hi >= w.call_ns, FALSE) AS in_backward, coalesce(o.hi >= w.call_ns, FALSE) AS in_optimizer
+    FROM (SELECT * FROM work SEMI JOIN marked_threads USING (rank, pid, tid)) w
+    ASOF LEFT JOIN backward_islands b ON b.rank = w.rank AND b.pid = w.pid AND b.tid = w.tid AND b.lo <= w.call_ns
+    ASOF LEFT JOIN optimizer_islands o ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.lo <= w.call_ns
+    UNION ALL
+    SELECT *, FALSE, FALSE FROM work ANTI JOIN marked_threads USING (rank, pid, tid)
+),
+autograd_threads AS (
+    SELECT rank, pid, tid FROM enclosed WHERE tid IS NOT NULL
+    GROUP BY ALL HAVING 2 * count(*) FILTER (WHERE in_backward) > count(*)
+)
+SELECT e.rank, e.step_id, e.work, e.start_ns, e.end_ns,
+       CASE WHEN e.in_optimizer OR e.optimizer_kernel THEN 'optimizer'
+            WHEN e.in_backward OR t.tid IS NOT NULL THEN 'backward'
+            ELSE 'other' END AS train_role
+FROM enclosed e LEFT JOIN autograd_threads t
+  ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid;
+
+-- The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens. Steps that run
+-- both a decode-only and a prefill-only attention kernel are not called mixed from the kernel names: unified
+-- backends (vLLM's ROCm chunked_prefill_paged_decode) launch their paged decode kernel in every step. Mixed
+-- needs many-token GEMMs (tiles, or GEMM time well above the trace's decode steps) and decode attention doing
+-- decode-step work; else the phase the evidence supports, at a lower confidence. The user's kernel-name
+-- patterns (`--phase-kernel decode=REGEX`) are the rows of `_phase_kernel_patterns` (phase, pattern).
+-- table steps: one row per step
+--   rank: trace rank
+--   step_id: step number within the rank, in time order from 0
+--   phase: train, prefill, decode, mixed, empty or unknown (above)
+--   phase_source: evidence that decided the phase: `training:backward`, `training:optimizer`,
+--     `training:backward+optimizer`, `annotation:<grammar>`, `no_gpu_work`, `user_mapping` (`--phase-kernel`; both
+--     phases matched → mixed), `input_shapes` (linear inputs `[B, S, H]`: S = 1 decode, S > 1 prefill),
+--     `attention_kernels` (phase-only attention kernels), `attention_kernels+decode_work`,
+--     `attention_kernels+gemm_tiles`, `attention_kernels+gemm_time` (both attention flavours, settled by GEMMs),
+--     `cuda_graph` (graph replays, next to eager steps), `eager_vs_graph` (an eager step in a trace whose other
+--     steps replay graphs), `no_evidence`
+--   confidence: 1.0 annotation or no GPU work; 0.95 backward; 0.9 user mapping; 0.85 optimizer alone; 0.8 shapes,
+--     phase-only attention; 0.7 graph vs eager; 0.6 graphs alone, or both attention flavours settled by GEMMs (0.5
+--     decode from tiles, 0.4 by the prefill kernel alone); 0 unknown
+--   start_ns: the step from the earliest of its window and GPU work
+--   end_ns: ... to the latest
+--   gpu_time_ns: GPU busy time of the step: the union of its kernels' and memops' intervals (overlaps counted once)
+--   kernels: kernels the step launched
+--   prefill_tokens: new prefill tokens in the step, from the annotation (NULL when unknown)
+--   decode_tokens: new decode tokens in the step, from the annotation (NULL when unknown)
+--   prefill_requests: prefill requests, from the annotation
+--   decode_requests: decode requests, from the annotation
+--   prefill_context_tokens: Σ prefill context lengths including the new tokens (vLLM detailed annotation `sk`)
+--   decode_context_tokens: Σ decode context lengths including the new tokens
+--   name: the window's range name
+--   step_source: where the window came from: `user_regex`, `annotation:<grammar>`, `execute_model`,
+--     `profiler_step`, `gpu_gap` (no step marker: a burst of GPU work and the idle gap after it, up to the next
+--     burst, named `gpu burst`, where the rank's bursts repeat a kernel pattern; otherwise the rank's whole GPU
+--     span as one window, named `gpu span`, with a `gap_steps_not_repeating` diagnostic)
+--   cpu_start_ns: the host window's start
+--   cpu_end_ns: the host window's end
+--   gpu_start_ns: first start of the step's GPU work
+--   gpu_end_ns: last end of the step's GPU work
+--   graph_kernels: kernels replayed from CUDA/HIP graphs
+--   memops: memcpys and memsets the step issued
+--   train_forward_ns: train steps with known backward: busy time of the rest (forward, loss, input copies; an
+--     optimizer with neither annotation nor optimizer kernels counts here); NULL otherwise. The three overlap
+--     where streams run concurrently, so they can sum above `gpu_time_ns`
+--   train_backward_ns: train steps: GPU busy time of the backward work; NULL when no launch was attributed to
+--     backward
+--   train_optimizer_ns: train steps: GPU busy time of the optimizer work; NULL when nothing marks it (no
+--     annotation, no optimizer kernel)
+CREATE OR REPLACE TABLE steps AS
+WITH work AS (
+    SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
+           count(*) FILTER (WHERE launch_kind = 'graph') AS graph_kernels,
+           count(*) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention,
+           count(*) FILTER (WHERE attention_phase_hint = 'prefill') AS prefill_attention,
+           sum(k.dur_ns) FILTER (WHERE attention_phase_hint = 'decode') AS decode_attention_ns,
+           sum(k.dur_ns) FILTER (WHERE k.category = 'gemm') AS gemm_ns,
+           sum(k.dur_ns) FILTER (WHERE k.tile = 'small') AS gemm_small_tile_ns,
+           sum(k.dur_ns) FILTER (WHERE k.tile = 'large') AS gemm_large_tile_ns
+    FROM _phase_kernels k
+    GROUP BY ALL
+),
+memwork AS (
+    SELECT rank, step_id, count(*) AS memops, min(start_ns) AS lo, max(end_ns) AS hi
+    FROM _phase_memops GROUP BY ALL
+),
+roles AS (
+    SELECT rank, step_id,
+           count(*) FILTER (WHERE train_role = 'backward') AS backward_work,
+           count(*) FILTER (WHERE train_role = 'optimizer') AS optimizer_work,
+           count(*) FILTER (WHERE train_role = 'other') AS other_work
+    FROM _step_work GROUP BY ALL
+),
+busy_by_role AS (  -- busy_time_sql of the step's work keyed by (rank, step_id, train_role)
+    busy_time!((SELECT rank, step_id, train_role, start_ns, end_ns FROM _step_work), (rank, step_id, train_role))
+),
+role_busy AS (
+    SELECT rank, step_id,
+           max(busy_ns) FILTER (WHERE train_role = 'backward') AS backward_ns,
+           max(busy_ns) FILTER (WHERE train_role = 'optimizer') AS optimizer_ns,
+           max(busy_ns) FILTER (WHERE train_role = 'other') AS other_ns
+    FROM busy_by_role GROUP BY ALL
+),
+-- a step whose work has one role is as busy as that role; only mixed steps merge their roles again
+mixed_roles AS (
+    SELECT rank, step_id FROM roles
+    WHERE (backward_work > 0)::INT + (optimizer_work > 0)::INT + (other_work > 0)::INT > 1
+),
+busy AS (
+    SELECT rank, step_id, busy_ns FROM busy_by_role ANTI JOIN mixed_roles USING (rank, step_id)
+    UNION ALL
+    -- busy_time_sql of the mixed steps' work keyed by (rank, step_id)
+    busy_time!((SELECT rank, step_id, start_ns, end_ns FROM _step_work SEMI JOIN mixed_roles USING (rank, step_id)),
+               (rank, step_id))
+),
+shapes AS (
+    SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
+    FROM _numbered_windows w JOIN op_costs o
+      ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
+     AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns AND o.seq_len IS NOT NULL
+    GROUP BY ALL
+),
+mapped AS (  -- per step, the phases the user's kernel-name patterns point to
+    SELECT p.rank, p.step_id,
+           CASE WHEN count(DISTINCT m.phase) > 1 THEN 'mixed' ELSE any_value(m.phase) END AS user_phase
+    FROM _phase_kernels p JOIN kernels k USING (rank, kernel_id)
+    JOIN _phase_kernel_patterns m ON regexp_matches(k.name, m.pattern)
+    GROUP BY ALL
+),
+joined AS (
+    SELECT w.*, coalesce(k.kernels, 0) AS kernels, coalesce(m.memops, 0) AS memops,
+           -- the earlier start and the later end of kernels and memops; a kind with no work (NULL) drops out
+           CASE WHEN m.lo IS NULL THEN k.gpu_start_ns WHEN k.gpu_start_ns IS NULL THEN m.lo
+                WHEN m.lo < k.gpu_start_ns THEN m.lo ELSE k.gpu_start_ns END AS gpu_start_ns,
+           CASE WHEN m.hi IS NULL THEN k.gpu_end_ns WHEN k.gpu_end_ns IS NULL THEN m.hi
+                WHEN m.hi > k.gpu_end_ns THEN m.hi ELSE k.gpu_end_ns END AS gpu_end_ns,
+           coalesce(k.graph_kernels, 0) AS graph_kernels,
+           coalesce(k.decode_attention, 0) AS decode_attention,
+           coalesce(k.prefill_attention, 0) AS prefill_attention,
+           k.decode_attention_ns, k.gemm_ns, k.gemm_small_tile_ns, k.gemm_large_tile_ns,
+           coalesce(r.backward_work, 0) AS backward_work, coalesce(r.optimizer_work, 0) AS optimizer_work,
+           coalesce(r.other_work, 0) AS other_work, rb.backward_ns, rb.optimizer_ns, rb.other_ns,
+           sh.min_seq_len, sh.max_seq_len, mp.user_phase,
+           coalesce(b.busy_ns, 0) AS gpu_time_ns
+    FROM _numbered_windows w
+    LEFT JOIN work k USING (rank, step_id)
+    LEFT JOIN memwork m USING (rank, step_id)
+    LEFT JOIN roles r USING (rank, step_id)
+    LEFT JOIN role_busy rb USING (rank, step_id)
+    LEFT JOIN busy b USING (rank, step_id)
+    LEFT JOIN shapes sh USING (rank, step_id)
+    LEFT JOIN mapped mp USING (rank, step_id)
+),
+rank_shape AS (
+    SELECT rank,
+           count(*) FILTER (WHERE kernels > 0 AND graph_kernels > 0) AS graph_steps,
+           count(*) FILTER (WHERE kernels > 0 AND graph_kernels = 0) AS eager_steps
+    FROM joined WHERE phase IS NULL GROUP BY rank
+),
+decided AS (
+    SELECT j.*,
+        CASE
+            WHEN j.backward_work > 0 AND j.optimizer_work > 0
+                THEN struct_pack(p := 'train', s := 'training:backward+optimizer', c := 0.95)
+            WHEN j.backward_work > 0 THEN struct_pack(p := 'train', s := 'training:backward', c := 0.95)
+            WHEN j.optimizer_work > 0 THEN struct_pack(p := 'train', s := 'training:optimizer', c := 0.85)
+            WHEN j.phase IS NOT NULL THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
+            WHEN j.kernels = 0 AND j.memops = 0 THEN struct_pack(p := 'empty', s := 'no_gpu_work', c := 1.0)
+            WHEN j.user_phase IS NOT NULL THEN struct_pack(p := j.user_phase, s := 'user_mapping', c := 0.9)
+            WHEN j.min_seq_len > 1 THEN struct_pack(p := 'prefill', s := 'input_shapes', c := 0.8)
+            WHEN j.max_seq_len = 1 THEN struct_pack(p := 'decode', s := 'input_shapes', c := 0.8)
+            -- resolved below from GEMM tiles and the trace's decode steps
+            WHEN j.decode_attention > 0 AND j.prefill_attention > 0 THEN struct_pack(p := NULL, s := 'attention_kernels', c := NULL)
+            WHEN j.decode_attention > 0 THEN struct_pack(p := 'decode', s := 'attention_kernels', c := 0.8)
+            WHEN j.prefill_attention > 0 THEN struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.8)
+            WHEN j.graph_kernels > 0 AND r.eager_steps > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.7)
+            WHEN j.graph_kernels > 0 THEN struct_pack(p := 'decode', s := 'cuda_graph', c := 0.6)
+            WHEN j.kernels > 0 AND r.graph_steps > 0 THEN struct_pack(p := 'prefill', s := 'eager_vs_graph', c := 0.7)
+            ELSE struct_pack(p := 'unknown', s := 'no_evidence', c := 0.0)
+        END AS verdict
+    FROM joined j LEFT JOIN rank_shape r USING (rank)
+),
+decode_reference AS (
+    -- the rank's steady-state decode steps: their GEMM time and decode-attention time per launch
+    SELECT rank, median(gemm_ns) AS decode_gemm_ns,
+           median(decode_attention_ns / decode_attention) FILTER (WHERE decode_attention > 0)
+               AS decode_attention_launch_ns
+    FROM decided WHERE verdict.p = 'decode' GROUP BY rank
+),
+evidence AS (
+    SELECT d.*,
+           d.gemm_large_tile_ns > 0 AND (d.gemm_small_tile_ns IS NULL OR d.gemm_large_tile_ns > d.gemm_small_tile_ns)
+               AS large_tiles,
+           d.gemm_small_tile_ns > 0 AND (d.gemm_large_tile_ns IS NULL OR d.gemm_small_tile_ns > d.gemm_large_tile_ns)
+               AS small_tiles,
+           d.gemm_ns > 2 * ref.decode_gemm_ns AS gemm_above_decode,
+           d.decode_attention_ns >= 0.5 * d.decode_attention * ref.decode_attention_launch_ns AS decode_work
+    FROM decided d LEFT JOIN decode_reference ref USING (rank)
+),
+resolved AS (
+    SELECT *,
+        CASE
+            WHEN verdict.p IS NOT NULL THEN verdict
+            WHEN (large_tiles OR gemm_above_decode) AND decode_work
+                THEN struct_pack(p := 'mixed', s := 'attention_kernels+decode_work', c := 0.6)
+            WHEN large_tiles THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_tiles', c := 0.6)
+            WHEN gemm_above_decode THEN struct_pack(p := 'prefill', s := 'attention_kernels+gemm_time', c := 0.6)
+            WHEN small_tiles THEN struct_pack(p := 'decode', s := 'attention_kernels+gemm_tiles', c := 0.5)
+            -- a prefill-only kernel ran; the decode kernel alone proves no decode tokens
+            ELSE struct_pack(p := 'prefill', s := 'attention_kernels', c := 0.4)
+        END AS final
+    FROM evidence
+)
+SELECT rank, step_id, final.p AS phase, final.s AS phase_source, final.c AS confidence,
+       -- the window widened to its GPU work; a step with no GPU work keeps its window
+       CASE WHEN gpu_start_ns IS NULL OR start_ns < gpu_start_ns THEN start_ns ELSE gpu_start_ns END AS start_ns,
+       CASE WHEN gpu_end_ns IS NULL OR end_ns > gpu_end_ns THEN end_ns ELSE gpu_end_ns END AS end_ns,
+       gpu_time_ns, kernels, prefill_tokens, decode_tokens, prefill_requests, decode_requests,
+       prefill_context_tokens, decode_context_tokens,
+       name, source AS step_source, start_ns AS cpu_start_ns, end_ns AS cpu_end_ns,
+       gpu_start_ns, gpu_end_ns, graph_kernels, memops,
+       -- GPU busy time by training role; forward is the rest of a step whose backward is known
+       CASE WHEN final.p = 'train' AND backward_work > 0
+            THEN CASE WHEN other_work > 0 THEN other_ns ELSE 0 END END AS train_forward_ns,
+       CASE WHEN final.p = 'train' AND backward_work > 0 THEN backward_ns END AS train_backward_ns,
+       CASE WHEN final.p = 'train' AND optimizer_work > 0 THEN optimizer_ns END AS train_optimizer_ns
+FROM resolved
+ORDER BY rank, step_id;
+
+-- section: cleanup
+DROP TABLE IF EXISTS _step_windows;
+
+DROP TABLE IF EXISTS _numbered_windows;
+
+DROP TABLE IF EXISTS _step_calls;
+
+DROP TABLE IF EXISTS _step_work;
+
+DROP TABLE IF EXISTS _phase_kernels;
+
+DROP TABLE IF EXISTS _phase_memops;
+
+DROP MACRO TABLE IF EXISTS _grammar_windows;
