@@ -329,9 +329,9 @@ def test_each_mark_sees_the_latest_end_before_it_on_its_own_lane_only() -> None:
     order it numbers is the lane's start order."""
     trace = analysed(BOLONGCHENG_OPT)
     step = next(s for s in timeline._chosen(trace.con, None) if s["kernels"] + s["memops"] > 0)
-    streamed = f"WITH {timeline._MARKS}, {timeline._ORDERED} SELECT lane, kind, seq, pos, prev_end_ns FROM ordered"
+    streamed = f"WITH {timeline._marks_sql}, {timeline._ordered_sql} SELECT lane, kind, seq, pos, prev_end_ns FROM ordered"
     partitioned = f"""
-        WITH {timeline._MARKS}
+        WITH {timeline._marks_sql}
         SELECT lane, kind, seq,
                max(end_ns) OVER (PARTITION BY lane ORDER BY start_ns, seq
                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns,

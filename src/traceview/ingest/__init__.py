@@ -153,13 +153,14 @@ def _check_contract(path: Path, con: duckdb.DuckDBPyConnection, reader: Reader, 
 def _finish_each_rank(con: duckdb.DuckDBPyConnection, ranks: list[int], link: db.LaunchLink) -> None:
     """Finish a file's stages one rank at a time, so ids are numbered from 0 within each rank."""
     for stage in db.STAGING_TABLES:
-        con.execute(f"ALTER TABLE {stage.name} RENAME TO _file{stage.name}")
+        con.execute(f"ALTER TABLE {db.ident(stage.name)} RENAME TO {db.ident('_file' + stage.name)}")
     for rank in ranks:
         for stage in db.STAGING_TABLES:
-            con.execute(f"CREATE TEMP TABLE {stage.name} AS SELECT * FROM _file{stage.name} WHERE rank = ?", [rank])
+            con.execute(f"CREATE TEMP TABLE {db.ident(stage.name)} AS "
+                        f"SELECT * FROM {db.ident('_file' + stage.name)} WHERE rank = ?", [rank])
         db.finish_stages(con, rank, link)
     for stage in db.STAGING_TABLES:
-        con.execute(f"DROP TABLE _file{stage.name}")
+        con.execute(f"DROP TABLE {db.ident('_file' + stage.name)}")
 
 
 def _check_duplicates(con: duckdb.DuckDBPyConnection, rank: int) -> None:

@@ -403,8 +403,8 @@ def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int,
     read as one file."""
     with gate:
         try:
-            con.execute(f"CREATE OR REPLACE TABLE {PART_TABLE}{index} AS {_events_sql(EVENT_BYTES)}",
-                        [[str(part)]])
+            con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + str(index))} AS {_events_sql()}",
+                        _events_params([str(part)], EVENT_BYTES))
         except duckdb.Error as exc:
             return exc
     return None
@@ -413,7 +413,7 @@ def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int,
 def _view_parts(con: duckdb.DuckDBPyConnection, parts: int) -> None:
     """_kineto_events: the parts' events in file order (a view: copying them costs a third of their parse)."""
     con.execute("CREATE OR REPLACE TEMP VIEW _kineto_events AS "
-                + " UNION ALL ".join(f"SELECT * FROM {PART_TABLE}{i}" for i in range(parts)))
+                + " UNION ALL ".join(f"SELECT * FROM {db.ident(PART_TABLE + str(i))}" for i in range(parts)))
 
 
 def _drop_events(con: duckdb.DuckDBPyConnection) -> None:
@@ -421,7 +421,7 @@ def _drop_events(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("DROP VIEW IF EXISTS _kineto_events")
     for (name,) in con.execute("SELECT table_name FROM duckdb_tables() WHERE starts_with(table_name, ?)",
                                [PART_TABLE]).fetchall():
-        con.execute(f"DROP TABLE {name}")
+        con.execute(f"DROP TABLE {db.ident(name)}")
 
 
 def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list[tuple[str, str]]:
@@ -439,7 +439,7 @@ def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list
             notes = _load_events(con, events_file, path)
         except TraceviewError:
             continue
-        kept = con.execute(f"SELECT count(*) FROM {PART_TABLE}0").fetchall()[0][0]
+        kept = con.execute(f"SELECT count(*) FROM {db.ident(PART_TABLE + '0')}").fetchall()[0][0]
         message = (f"the file ends inside traceEvents (profiler killed while writing?): kept the {kept} "
                    "complete events before the cut; later events are missing")
         return [*notes, ("truncated_trace", message)]
@@ -507,23 +507,33 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
 def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path,
                       max_event_bytes: int = EVENT_BYTES) -> None:
     """Parse the whole events file into the first part's table."""
-    con.execute(f"CREATE OR REPLACE TABLE {PART_TABLE}0 AS {_events_sql(max_event_bytes)}", [[str(events_file)]])
+    con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + '0')} AS {_events_sql()}",
+                _events_params([str(events_file)], max_event_bytes))
 
 
-def _events_sql(max_event_bytes: int) -> str:
-    """The events of the JSON files listed in the one parameter, with the argument values we read."""
-    args = ", ".join(f"'{p}'" for p in ARG_PATHS.values())
-    columns = "{" + ", ".join(f"'{k}': '{v}'" for k, v in EVENT_COLUMNS.items()) + "}"
-    arg_list = ", ".join(f"a[{i + 1}] AS arg_{name}" for i, name in enumerate(ARG_PATHS))
+def _events_sql() -> str:
+    """The events of the JSON files listed in $files, with the argument values we read; _events_params gives
+    the parameters: the columns and their types, the argument paths (each `arg_<name>` is the element of the
+    list json_extract_string returns at `$at_<name>`), the legacy category names and the event size limit."""
+    arg_list_sql = ", ".join(f"a[$at_{name}] AS {db.ident('arg_' + name)}" for name in ARG_PATHS)
+    legacy_sql = " ".join(f"WHEN $legacy_{i} THEN $category_{i}" for i in range(len(LEGACY_CATEGORIES)))
     return f"""
-        SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list}
+        SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list_sql}
         FROM (
-            SELECT *, json_extract_string(args, [{args}]) AS a,
-                   CASE cat {' '.join(f"WHEN '{k}' THEN '{v}'" for k, v in LEGACY_CATEGORIES.items())} END AS map_cat
-            FROM read_json(?, format = 'array', columns = {columns}, maximum_object_size = {max_event_bytes})
+            SELECT *, json_extract_string(args, $arg_paths) AS a,
+                   CASE cat {legacy_sql} END AS map_cat
+            FROM read_json($files, format = 'array', columns = $columns, maximum_object_size = $max_event_bytes)
             WHERE ph IN ('X', 'i', 'I')
         )
         """
+
+
+def _events_params(files: list[str], max_event_bytes: int) -> dict:
+    """The parameters of _events_sql for these files."""
+    return {"files": files, "columns": EVENT_COLUMNS, "max_event_bytes": max_event_bytes,
+            "arg_paths": list(ARG_PATHS.values()), **{f"at_{name}": i for i, name in enumerate(ARG_PATHS, 1)},
+            **{f"legacy_{i}": legacy for i, legacy in enumerate(LEGACY_CATEGORIES)},
+            **{f"category_{i}": category for i, category in enumerate(LEGACY_CATEGORIES.values())}}
 
 
 def _insert_trace_info(con, path: Path, meta: dict, rank: int, base_ns: int, world_size: int | None) -> None:
@@ -561,30 +571,32 @@ def _insert_devices(con, meta: dict, rank: int) -> None:
 
 def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> None:
     """Split the raw events into the staged contract tables, with times in integer ns."""
-    times = f"""
-        {base_ns}::BIGINT + CAST(ts * 1000 AS BIGINT) AS start_ns,
-        {base_ns}::BIGINT + CAST((ts + CASE WHEN dur > 0 THEN dur ELSE 0 END) * 1000 AS BIGINT) AS end_ns"""
-    host_ids = """
+    params = {"rank": rank, "base_ns": base_ns}
+    times_sql = """
+        $base_ns::BIGINT + CAST(ts * 1000 AS BIGINT) AS start_ns,
+        $base_ns::BIGINT + CAST((ts + CASE WHEN dur > 0 THEN dur ELSE 0 END) * 1000 AS BIGINT) AS end_ns"""
+    host_ids_sql = """
         TRY_CAST(json_extract_string(pid, '$') AS BIGINT) AS pid,
         TRY_CAST(json_extract_string(tid, '$') AS BIGINT) AS tid"""
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_api_calls AS
-        SELECT {rank} AS rank, {host_ids}, name,
-               CASE WHEN cat = 'cuda_driver' THEN 'driver' ELSE 'runtime' END AS api, {times},
+        SELECT $rank AS rank, {host_ids_sql}, name,
+               CASE WHEN cat = 'cuda_driver' THEN 'driver' ELSE 'runtime' END AS api, {times_sql},
                TRY_CAST(arg_correlation AS BIGINT) AS correlation_id,
                TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id
         FROM _kineto_events WHERE ph = 'X' AND cat IN ('cuda_runtime', 'cuda_driver')
-        """
+        """,
+        params,
     )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_kernels AS
-        SELECT {rank} AS rank,
+        SELECT $rank AS rank,
                coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(json_extract_string(pid, '$') AS INTEGER)) AS device_id,
                coalesce(TRY_CAST(arg_stream AS BIGINT),
                         TRY_CAST(regexp_extract(json_extract_string(tid, '$'), '([0-9]+)', 1) AS BIGINT)) AS stream_id,
-               NULL::BIGINT AS pid, {times}, coalesce(name, '') AS name, NULL::VARCHAR AS short_name,
+               NULL::BIGINT AS pid, {times_sql}, coalesce(name, '') AS name, NULL::VARCHAR AS short_name,
                TRY_CAST(json_extract_string(arg_grid, '$[0]') AS BIGINT) AS grid_x,
                TRY_CAST(json_extract_string(arg_grid, '$[1]') AS BIGINT) AS grid_y,
                TRY_CAST(json_extract_string(arg_grid, '$[2]') AS BIGINT) AS grid_z,
@@ -599,7 +611,8 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
                TRY_CAST(arg_graph_node_id AS BIGINT) AS graph_node_id,
                TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id
         FROM _kineto_events WHERE ph = 'X' AND cat = 'kernel'
-        """
+        """,
+        params,
     )
     db.add_short_names(con, "_stage_kernels")
     con.execute(
@@ -610,7 +623,7 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
             WHERE correlation_id IS NOT NULL GROUP BY correlation_id
         ),
         m AS (
-            SELECT CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind, name, {times},
+            SELECT CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind, name, {times_sql},
                    coalesce(regexp_extract(name, '^Memcpy (\\S+)', 1), arg_kind) AS copy_kind,
                    regexp_extract(name, '\\((.+) -> ', 1) AS src_kind,
                    coalesce(regexp_extract(name, '-> (.+)\\)$', 1), regexp_extract(name, '^Memset \\((.+)\\)$', 1)) AS dst_kind,
@@ -620,24 +633,26 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
                    TRY_CAST(arg_correlation AS BIGINT) AS correlation_id
             FROM _kineto_events WHERE ph = 'X' AND cat IN ('gpu_memcpy', 'gpu_memset')
         )
-        SELECT {rank} AS rank, m.kind,
+        SELECT $rank AS rank, m.kind,
                CASE WHEN m.kind = 'memcpy' THEN nullif(m.copy_kind, '') END AS copy_kind, m.bytes,
                nullif(m.src_kind, '') AS src_kind, nullif(m.dst_kind, '') AS dst_kind,
                m.device_id, m.stream_id, l.pid, m.start_ns, m.end_ns, m.correlation_id, m.name
         FROM m LEFT JOIN launches l USING (correlation_id)
-        """
+        """,
+        params,
     )
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_ranges AS
-        SELECT {rank} AS rank, {host_ids}, coalesce(name, '') AS name,
+        SELECT $rank AS rank, {host_ids_sql}, coalesce(name, '') AS name,
                CASE WHEN cat = 'user_annotation' AND name GLOB 'ProfilerStep#*' THEN 'profiler_step' ELSE cat END AS kind,
-               NULL::VARCHAR AS domain, {times},
+               NULL::VARCHAR AS domain, {times_sql},
                TRY_CAST(coalesce(arg_external_id, arg_legacy_external_id) AS BIGINT) AS external_id,
                arg_input_dims AS input_dims, arg_input_types AS input_types, arg_input_values AS input_values,
                TRY_CAST(arg_flops AS DOUBLE) AS flops
-        FROM _kineto_events WHERE ph = 'X' AND cat IN {RANGE_CATEGORIES}
-        """
+        FROM _kineto_events WHERE ph = 'X' AND list_contains($range_categories, cat)
+        """,
+        {**params, "range_categories": list(RANGE_CATEGORIES)},
     )
 
 

@@ -92,7 +92,7 @@ class Export:
         self.conn = conn
         self.path = path
         self.tables = {
-            name: {col[1] for col in conn.execute(f'PRAGMA table_info("{name}")')}
+            name: {column for (column,) in conn.execute("SELECT name FROM pragma_table_info(?)", [name])}
             for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
 
@@ -104,15 +104,15 @@ class Export:
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
 
-    def col(self, table: str, column: str, alias: str | None = None, default: str = "NULL") -> str:
-        """`t.column AS alias` when the column exists, else `default AS alias`."""
-        alias = alias or column
-        return f"t.{column} AS {alias}" if column in self.tables.get(table, ()) else f"{default} AS {alias}"
+    def col_sql(self, table: str, column: str, alias: str | None = None, default_sql: str = "NULL") -> str:
+        """`t.column AS alias` when the column exists, else `default_sql AS alias`."""
+        value_sql = f"t.{db.ident(column)}" if column in self.tables.get(table, ()) else default_sql
+        return f"{value_sql} AS {db.ident(alias or column)}"
 
     def metadata(self) -> dict[str, str]:
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
             if self.has(table, "name", "value"):
-                return dict(self.conn.execute(f"SELECT name, value FROM {table}").fetchall())
+                return dict(self.conn.execute(f"SELECT name, value FROM {db.ident(table)}").fetchall())
         return {}
 
 
@@ -125,15 +125,16 @@ def _batches(cursor: sqlite3.Cursor, schema: pa.Schema) -> Iterator[pa.RecordBat
         yield pa.RecordBatch.from_struct_array(pa.array(rows, type=row_type))
 
 
-def _stage(con: duckdb.DuckDBPyConnection, export: Export, name: str, sql: str, schema: pa.Schema) -> None:
-    """Stream a SQLite query into a DuckDB temp table in Arrow chunks (pyarrow is imported here, by the one
-    format that needs it: a fiftieth of a small report's wall time)."""
+def _stage(con: duckdb.DuckDBPyConnection, export: Export, name: str, query_sql: str, schema: pa.Schema,
+           params: list | None = None) -> None:
+    """Stream a SQLite query (with its `?` parameters) into a DuckDB temp table in Arrow chunks (pyarrow is
+    imported here, by the one format that needs it: a fiftieth of a small report's wall time)."""
     import pyarrow as pa
 
-    cursor = export.conn.execute(sql)
+    cursor = export.conn.execute(query_sql, params or [])
     reader = pa.RecordBatchReader.from_batches(schema, _batches(cursor, schema))
     con.register("_arrow_chunks", reader)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM _arrow_chunks")
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {db.ident(name)} AS SELECT * FROM _arrow_chunks")
     con.unregister("_arrow_chunks")
 
 
@@ -146,11 +147,11 @@ def _stage_integers(con: duckdb.DuckDBPyConnection, export: Export, name: str, t
     to the row-by-row path, which gives the same table or the real error.
     """
     present = export.tables.get(table, set())
-    exprs = {alias: f't."{column}"' if column in present else "NULL" for alias, column in columns.items()}
+    exprs = {alias: f't."{db.ident(column)}"' if column in present else "NULL" for alias, column in columns.items()}
     schema = _schema(**{alias: I64 for alias in columns})
     if not _stage_dumped(con, export, name, table, exprs):
-        select = ", ".join(f'{expr} AS "{alias}"' for alias, expr in exprs.items())
-        _stage(con, export, name, f"SELECT {select} FROM {table} t", schema)
+        select_sql = ", ".join(f'{expr_sql} AS "{db.ident(alias)}"' for alias, expr_sql in exprs.items())
+        _stage(con, export, name, f"SELECT {select_sql} FROM {db.ident(table)} t", schema)
 
 
 def _dump_workers() -> int:
@@ -160,18 +161,21 @@ def _dump_workers() -> int:
 def _stage_dumped(con: duckdb.DuckDBPyConnection, export: Export, name: str, table: str,
                   exprs: dict[str, str]) -> bool:
     """Dump `table` with one child per core over disjoint rowid ranges; False when it did not work."""
-    lo, hi, rows = export.conn.execute(f"SELECT min(rowid), max(rowid), count(*) FROM {table}").fetchone()
+    lo, hi, rows = export.conn.execute(f"SELECT min(rowid), max(rowid), count(*) FROM {db.ident(table)}").fetchone()
     if not rows or rows < DUMP_MIN_ROWS:
         return False
-    fmt = ",".join(["%s"] * len(exprs))
-    sql = (f"SELECT group_concat(printf('{fmt}', {', '.join(exprs.values())}), char(10)) "
-           f"FROM {table} t WHERE t.rowid BETWEEN ? AND ?")
+    exprs_sql = ", ".join(exprs.values())
+    # the printf format is the first parameter, the rowid range the child binds the other two
+    sql = (f"SELECT group_concat(printf(?, {exprs_sql}), char(10)) "
+           f"FROM {db.ident(table)} t WHERE t.rowid BETWEEN ? AND ?")
+    params = [",".join(["%s"] * len(exprs))]
     workers = _dump_workers()
     share = -(-(hi - lo + 1) // workers)
-    columns = "{" + ", ".join(f"'{alias}': 'BIGINT'" for alias in exprs) + "}"
+    columns = {alias: "BIGINT" for alias in exprs}
     with tempfile.TemporaryDirectory(prefix="traceview-") as tmp:
         outs = [Path(tmp) / f"{i}.csv" for i in range(workers)]
-        jobs = [{"sql": sql, "lo": start, "hi": min(start + share - 1, hi), "step": DUMP_CHUNK_ROWS, "out": str(out)}
+        jobs = [{"sql": sql, "params": params, "lo": start, "hi": min(start + share - 1, hi), "step": DUMP_CHUNK_ROWS,
+                 "out": str(out)}
                 for start, out in zip(range(lo, hi + 1, share), outs)]
         children, started = [], True
         for job in jobs:
@@ -190,13 +194,13 @@ def _stage_dumped(con: duckdb.DuckDBPyConnection, export: Export, name: str, tab
         files = [str(out) for out in outs if out.exists() and out.stat().st_size]
         try:
             con.execute(
-                f"""CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM read_csv(?, header = false, delim = ',',
-                    quote = '', escape = '', new_line = '\\n', auto_detect = false, columns = {columns})""",
-                [files],
+                f"""CREATE OR REPLACE TEMP TABLE {db.ident(name)} AS SELECT * FROM read_csv($files, header = false,
+                    delim = ',', quote = '', escape = '', new_line = '\\n', auto_detect = false, columns = $columns)""",
+                {"files": files, "columns": columns},
             )
         except duckdb.Error:
             return False
-    return con.execute(f"SELECT count(*) FROM {name}").fetchall()[0][0] == rows
+    return con.execute(f"SELECT count(*) FROM {db.ident(name)}").fetchall()[0][0] == rows
 
 
 def _stage_strings(con: duckdb.DuckDBPyConnection, export: Export) -> None:
@@ -323,8 +327,9 @@ class ProcessRanks:
                              list(self.by_pid.items())):
             for table in ("_stage_api_calls", "_stage_kernels", "_stage_memops", "_stage_ranges"):
                 if self.home != self.first:
-                    con.execute(f"UPDATE {table} SET rank = {self.home}")
-                con.execute(f"UPDATE {table} SET rank = m.rank FROM _nsys_process_ranks m WHERE m.pid = {table}.pid")
+                    con.execute(f"UPDATE {db.ident(table)} SET rank = $home", {"home": self.home})
+                con.execute(f"UPDATE {db.ident(table)} SET rank = m.rank FROM _nsys_process_ranks m "
+                            f"WHERE m.pid = {db.ident(table)}.pid")
 
     @property
     def diagnostic(self) -> str | None:
@@ -351,7 +356,7 @@ def _mpi_ranks(export: Export) -> dict[int, int]:
     if not export.has("MPI_RANKS", "globalTid", "rank"):
         return {}
     rows = export.conn.execute(
-        f"SELECT DISTINCT (globalTid >> 24) & {MASK_24}, rank FROM MPI_RANKS WHERE rank IS NOT NULL").fetchall()
+        "SELECT DISTINCT (globalTid >> 24) & ?, rank FROM MPI_RANKS WHERE rank IS NOT NULL", [MASK_24]).fetchall()
     by_pid: dict[int, set[int]] = {}
     for pid, rank in rows:
         by_pid.setdefault(pid, set()).add(rank)
@@ -386,14 +391,10 @@ def _read_devices(con: duckdb.DuckDBPyConnection, export: Export, ranks: Process
     table = "TARGET_INFO_GPU"
     if not export.has(table, "id"):
         return
-    rows = export.conn.execute(
-        f"""SELECT {export.col(table, 'id')}, {export.col(table, 'name')}, {export.col(table, 'smCount')},
-                   {export.col(table, 'totalMemory')}, {export.col(table, 'computeMajor')},
-                   {export.col(table, 'computeMinor')}, {export.col(table, 'memoryBandwidth')},
-                   {export.col(table, 'clockRate')}, {export.col(table, 'l2CacheSize')},
-                   {export.col(table, 'threadsPerWarp')}
-            FROM {table} t ORDER BY 1"""
-    ).fetchall()
+    columns_sql = ", ".join(export.col_sql(table, column) for column in (
+        "id", "name", "smCount", "totalMemory", "computeMajor", "computeMinor", "memoryBandwidth", "clockRate",
+        "l2CacheSize", "threadsPerWarp"))
+    rows = export.conn.execute(f"SELECT {columns_sql} FROM {db.ident(table)} t ORDER BY 1").fetchall()
     db.insert_rows(con, "devices", [[rank, row[0], (row[1] or "").strip(), *row[2:]]
                                     for rank in ranks.ranks for row in rows])
 
@@ -409,13 +410,14 @@ def _read_api_calls(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -
         con.execute("""CREATE OR REPLACE TEMP TABLE _nsys_runtime (start BIGINT, "end" BIGINT, event_class BIGINT,
                        global_tid BIGINT, correlation_id BIGINT, name_id BIGINT)""")
     con.execute(
-        f"""
+        """
         CREATE OR REPLACE TEMP TABLE _stage_api_calls AS
-        SELECT {rank} AS rank, (global_tid >> 24) & {MASK_24} AS pid, global_tid & {MASK_24} AS tid,
+        SELECT $rank AS rank, (global_tid >> 24) & $mask_24 AS pid, global_tid & $mask_24 AS tid,
                coalesce(s.value, '') AS name, CASE WHEN event_class = 1 THEN 'driver' ELSE 'runtime' END AS api,
                start AS start_ns, "end" AS end_ns, correlation_id, NULL::BIGINT AS external_id
         FROM _nsys_runtime r LEFT JOIN _nsys_strings s ON s.id = r.name_id
-        """
+        """,
+        {"rank": rank, "mask_24": MASK_24},
     )
     con.execute("DROP TABLE _nsys_runtime")
 
@@ -436,13 +438,13 @@ def _read_kernels(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
         _stage_integers(con, export, "_nsys_kernels", table, KERNEL_COLUMNS)
     else:
         con.execute("CREATE OR REPLACE TEMP TABLE _nsys_kernels ("
-                    + ", ".join(f'"{alias}" BIGINT' for alias in KERNEL_COLUMNS) + ")")
+                    + ", ".join(f'"{db.ident(alias)}" BIGINT' for alias in KERNEL_COLUMNS) + ")")
         export.note("warning", "no_kernels",
                     "export has no CUDA kernel table: CUDA tracing was off or failed during capture")
     con.execute(
-        f"""
+        """
         CREATE OR REPLACE TEMP TABLE _stage_kernels AS
-        SELECT {rank} AS rank, device_id, stream_id, (global_pid >> 24) & {MASK_24} AS pid,
+        SELECT $rank AS rank, device_id, stream_id, (global_pid >> 24) & $mask_24 AS pid,
                start AS start_ns, "end" AS end_ns, coalesce(d.value, '') AS name, s.value AS short_name,
                grid_x, grid_y, grid_z, block_x, block_y, block_z, registers_per_thread,
                static_shared + dynamic_shared AS shared_memory_bytes, correlation_id,
@@ -451,14 +453,15 @@ def _read_kernels(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> 
         FROM _nsys_kernels k
         LEFT JOIN _nsys_strings d ON d.id = k.name_id
         LEFT JOIN _nsys_strings s ON s.id = k.short_name_id
-        """
+        """,
+        {"rank": rank, "mask_24": MASK_24},
     )
     con.execute("DROP TABLE _nsys_kernels")
     db.add_short_names(con, "_stage_kernels")
 
 
-def _common_gpu_columns(export: Export, table: str) -> str:
-    return ", ".join(export.col(table, c) for c in ("deviceId", "streamId", "correlationId", "globalPid"))
+def _common_gpu_columns_sql(export: Export, table: str) -> str:
+    return ", ".join(export.col_sql(table, c) for c in ("deviceId", "streamId", "correlationId", "globalPid"))
 
 
 def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
@@ -470,25 +473,27 @@ def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
     memcpy, memset = "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
     if export.has(memcpy, "start", "end"):
         parts.append(
-            f"""SELECT 'memcpy', t.start, t."end", {_common_gpu_columns(export, memcpy)},
-                       {export.col(memcpy, 'bytes')}, {export.col(memcpy, 'copyKind')},
-                       {export.col(memcpy, 'srcKind')}, {export.col(memcpy, 'dstKind')} FROM {memcpy} t"""
+            f"""SELECT 'memcpy', t.start, t."end", {_common_gpu_columns_sql(export, memcpy)},
+                       {export.col_sql(memcpy, 'bytes')}, {export.col_sql(memcpy, 'copyKind')},
+                       {export.col_sql(memcpy, 'srcKind')}, {export.col_sql(memcpy, 'dstKind')}
+                FROM {db.ident(memcpy)} t"""
         )
     if export.has(memset, "start", "end"):
         parts.append(
-            f"""SELECT 'memset', t.start, t."end", {_common_gpu_columns(export, memset)},
-                       {export.col(memset, 'bytes')}, NULL, NULL, {export.col(memset, 'memKind')} FROM {memset} t"""
+            f"""SELECT 'memset', t.start, t."end", {_common_gpu_columns_sql(export, memset)},
+                       {export.col_sql(memset, 'bytes')}, NULL, NULL, {export.col_sql(memset, 'memKind')}
+                FROM {db.ident(memset)} t"""
         )
-    sql = " UNION ALL ".join(parts) if parts else "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0"
-    _stage(con, export, "_nsys_memops", sql, schema)
+    memops_sql = " UNION ALL ".join(parts) if parts else "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0"
+    _stage(con, export, "_nsys_memops", memops_sql, schema)
     labels = {"id": "BIGINT", "label": "VARCHAR"}
     with db.values_table(con, "_copy_kinds", labels, list(COPY_KINDS.items())), \
             db.values_table(con, "_mem_kinds", labels, list(MEMORY_KINDS.items())):
         con.execute(
-            f"""
+            """
             CREATE OR REPLACE TEMP TABLE _stage_memops AS
-            SELECT {rank} AS rank, m.kind, ck.label AS copy_kind, m.bytes, sk.label AS src_kind, dk.label AS dst_kind,
-                   m.device_id, m.stream_id, (m.global_pid >> 24) & {MASK_24} AS pid,
+            SELECT $rank AS rank, m.kind, ck.label AS copy_kind, m.bytes, sk.label AS src_kind, dk.label AS dst_kind,
+                   m.device_id, m.stream_id, (m.global_pid >> 24) & $mask_24 AS pid,
                    m.start AS start_ns, m."end" AS end_ns, m.correlation_id,
                    CASE WHEN m.kind = 'memcpy'
                         THEN 'Memcpy ' || coalesce(ck.label, '?') || ' (' || coalesce(sk.label, '?') || ' -> ' || coalesce(dk.label, '?') || ')'
@@ -497,7 +502,8 @@ def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
             LEFT JOIN _copy_kinds ck ON ck.id = m.copy_kind
             LEFT JOIN _mem_kinds sk ON sk.id = m.src_kind
             LEFT JOIN _mem_kinds dk ON dk.id = m.dst_kind
-            """
+            """,
+            {"rank": rank, "mask_24": MASK_24},
         )
     con.execute("DROP TABLE _nsys_memops")
 
@@ -505,44 +511,47 @@ def _read_memops(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> N
 def _read_ranges(con: duckdb.DuckDBPyConnection, export: Export, rank: int) -> None:
     table = "NVTX_EVENTS"
     schema = _schema(start=I64, end=I64, event_type=I64, text=STR, global_tid=I64, domain_id=I64)
+    types = [*NVTX_RANGE_TYPES, NVTX_MARK_TYPE, NVTX_DOMAIN_CREATE]
     if export.has(table, "start", "eventType"):
-        text = "coalesce(t.text, s.value)" if export.has(table, "textId") else "t.text"
-        join = "LEFT JOIN StringIds s ON s.id = t.textId" if export.has(table, "textId") else ""
-        types = ", ".join(str(t) for t in (*NVTX_RANGE_TYPES, NVTX_MARK_TYPE, NVTX_DOMAIN_CREATE))
-        sql = f"""SELECT t.start, {export.col(table, 'end')}, t.eventType, {text}, t.globalTid,
-                         {export.col(table, 'domainId')}
-                  FROM {table} t {join} WHERE t.eventType IN ({types})"""
+        text_sql = "coalesce(t.text, s.value)" if export.has(table, "textId") else "t.text"
+        join_sql = "LEFT JOIN StringIds s ON s.id = t.textId" if export.has(table, "textId") else ""
+        types_sql = ", ".join("?" for _ in types)
+        nvtx_sql = f"""SELECT t.start, {export.col_sql(table, 'end')}, t.eventType, {text_sql}, t.globalTid,
+                              {export.col_sql(table, 'domainId')}
+                       FROM {db.ident(table)} t {join_sql} WHERE t.eventType IN ({types_sql})"""
+        _stage(con, export, "_nsys_nvtx", nvtx_sql, schema, types)
     else:
-        sql = "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0"
-    _stage(con, export, "_nsys_nvtx", sql, schema)
+        _stage(con, export, "_nsys_nvtx", "SELECT " + ", ".join(["NULL"] * len(schema)) + " WHERE 0", schema)
     open_ranges = con.execute(
-        f"SELECT count(*) FROM _nsys_nvtx WHERE event_type IN {NVTX_RANGE_TYPES} AND \"end\" IS NULL"
+        "SELECT count(*) FROM _nsys_nvtx WHERE list_contains($range_types, event_type) AND \"end\" IS NULL",
+        {"range_types": list(NVTX_RANGE_TYPES)},
     ).fetchall()[0][0]
     if open_ranges:
         export.note("info", "open_nvtx_ranges",
                     f"{open_ranges} NVTX ranges were still open when the capture ended; they end at the last event")
     con.execute(
-        f"""
+        """
         CREATE OR REPLACE TEMP TABLE _stage_ranges AS
         WITH nvtx AS (
-            SELECT *, (global_tid >> 24) & {MASK_24} AS pid, global_tid & {MASK_24} AS tid FROM _nsys_nvtx
+            SELECT *, (global_tid >> 24) & $mask_24 AS pid, global_tid & $mask_24 AS tid FROM _nsys_nvtx
         ),
         domains AS (
             SELECT pid, domain_id, any_value(text) AS domain FROM nvtx
-            WHERE event_type = {NVTX_DOMAIN_CREATE} GROUP BY ALL
+            WHERE event_type = $domain_create GROUP BY ALL
         ),
         capture_end AS (SELECT max(t) AS t FROM (SELECT start AS t FROM _nsys_nvtx UNION ALL SELECT "end" FROM _nsys_nvtx))
-        SELECT {rank} AS rank, n.pid, n.tid, coalesce(n.text, '') AS name,
-               CASE WHEN n.event_type = {NVTX_MARK_TYPE} THEN 'nvtx_mark' ELSE 'nvtx' END AS kind,
+        SELECT $rank AS rank, n.pid, n.tid, coalesce(n.text, '') AS name,
+               CASE WHEN n.event_type = $mark_type THEN 'nvtx_mark' ELSE 'nvtx' END AS kind,
                d.domain, n.start AS start_ns,
-               CASE WHEN n.event_type = {NVTX_MARK_TYPE} THEN n.start
+               CASE WHEN n.event_type = $mark_type THEN n.start
                     ELSE coalesce(n."end", (SELECT t FROM capture_end)) END AS end_ns,
                NULL::BIGINT AS external_id,
                nullif(regexp_extract(n.text, 'sizes = (\\[(\\[[^\\]]*\\](, )?)*\\])', 1), '') AS input_dims,
                NULL::VARCHAR AS input_types, NULL::VARCHAR AS input_values, NULL::DOUBLE AS flops
         FROM nvtx n LEFT JOIN domains d ON d.pid = n.pid AND d.domain_id = n.domain_id AND n.domain_id <> 0
-        WHERE n.event_type <> {NVTX_DOMAIN_CREATE}
-        """
+        WHERE n.event_type <> $domain_create
+        """,
+        {"rank": rank, "mask_24": MASK_24, "mark_type": NVTX_MARK_TYPE, "domain_create": NVTX_DOMAIN_CREATE},
     )
     con.execute("DROP TABLE _nsys_nvtx")
 
@@ -551,9 +560,9 @@ def _read_diagnostics(con: duckdb.DuckDBPyConnection, export: Export, rank: int)
     table = "DIAGNOSTIC_EVENT"
     if not export.has(table, "text"):
         return
-    severity = "t.severity" if export.has(table, "severity") else "NULL"
-    timestamp = "t.timestamp" if export.has(table, "timestamp") else "NULL"
-    rows = export.conn.execute(f"SELECT {timestamp}, {severity}, t.text FROM {table} t").fetchall()
+    severity_sql = "t.severity" if export.has(table, "severity") else "NULL"
+    timestamp_sql = "t.timestamp" if export.has(table, "timestamp") else "NULL"
+    rows = export.conn.execute(f"SELECT {timestamp_sql}, {severity_sql}, t.text FROM {db.ident(table)} t").fetchall()
     db.insert_rows(con, "diagnostics", [
         [rank, "capture", DIAGNOSTIC_SEVERITIES.get(sev, "info"), "diagnostic_event", " ".join(str(text).split()), ts]
         for ts, sev, text in rows

@@ -155,6 +155,22 @@ def columns_of(con: duckdb.DuckDBPyConnection, table: str) -> list[str] | None:
         return None
 
 
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)?")
+
+
+def ident(name: str) -> str:
+    """A table or column name for SQL text, checked to be one: the only thing Python may splice into a
+    statement besides SQL fragments (`*_sql`); every value is a bound parameter (tests/test_sql_text.py)."""
+    if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
+        raise ValueError(f"not an SQL identifier: {name!r}")
+    return name
+
+
+def idents(names) -> str:
+    """Several names, comma-separated, each checked by `ident`."""
+    return ", ".join(ident(name) for name in names)
+
+
 def has_table(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Whether a table or view of that name exists (analysis relations exist only after analysis)."""
     return columns_of(con, table) is not None
@@ -168,7 +184,7 @@ def has_column(con: duckdb.DuckDBPyConnection, table: str, column: str) -> bool:
 @lru_cache(maxsize=None)
 def contract_columns(table: str) -> tuple[str, ...]:
     """The columns schema.sql gives `table`: what ingest writes, before any analysis joins facts on."""
-    body = schema_sql().split(f"CREATE TABLE {table} (", 1)[1].split("\n);", 1)[0]
+    body = schema_sql().split(f"CREATE TABLE {ident(table)} (", 1)[1].split("\n);", 1)[0]
     return tuple(line.split()[0] for line in body.splitlines() if line.strip() and not line.strip().startswith("--"))
 
 
@@ -179,7 +195,7 @@ SCHEMA_COLUMN = re.compile(r"^\s+(\w+) (\w+(?:\(\d+(?:,\d+)?\))?),?\s*--\s*(.+)$
 def contract_column_specs(table: str) -> dict[str, tuple[str, str]]:
     """Each column of `table` with the DuckDB type and meaning schema.sql gives it, so that the staging
     contract and docs/schema.md state them once."""
-    body = schema_sql().split(f"CREATE TABLE {table} (", 1)[1].split("\n);", 1)[0]
+    body = schema_sql().split(f"CREATE TABLE {ident(table)} (", 1)[1].split("\n);", 1)[0]
     return {m.group(1): (m.group(2), m.group(3)) for line in body.splitlines() if (m := SCHEMA_COLUMN.match(line))}
 
 
@@ -191,8 +207,9 @@ def insert_rows(con: duckdb.DuckDBPyConnection, table: str, rows: list[list]) ->
     thousand rows, with their parameters: executemany runs a statement per row (1 ms each)."""
     for start in range(0, len(rows), INSERT_BATCH):
         batch = rows[start:start + INSERT_BATCH]
-        row = f"({', '.join('?' * len(batch[0]))})"
-        con.execute(f"INSERT INTO {table} VALUES {', '.join([row] * len(batch))}", [v for r in batch for v in r])
+        row_sql = f"({', '.join('?' * len(batch[0]))})"
+        rows_sql = ", ".join([row_sql] * len(batch))
+        con.execute(f"INSERT INTO {ident(table)} VALUES {rows_sql}", [v for r in batch for v in r])
 
 
 def values_sql(columns: dict[str, str], rows: list[tuple]) -> tuple[str, dict[str, list]]:
@@ -200,15 +217,17 @@ def values_sql(columns: dict[str, str], rows: list[tuple]) -> tuple[str, dict[st
     order of `columns` (name -> DuckDB type), one list parameter a column, so no pyarrow: importing it is a
     fiftieth of a small report's wall time."""
     lists = [list(column) for column in zip(*rows)] if rows else [[] for _ in columns]
-    selects = ", ".join(f"unnest($c{i}::{kind}[]) AS {column}" for i, (column, kind) in enumerate(columns.items()))
-    return f"SELECT {selects}", {f"c{i}": values for i, values in enumerate(lists)}
+    selects_sql = ", ".join(f"unnest($c{i}::{kind}[]) AS {ident(column)}"
+                            for i, (column, kind) in enumerate(columns.items()))
+    return f"SELECT {selects_sql}", {f"c{i}": values for i, values in enumerate(lists)}
 
 
 def create_values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, str], rows: list[tuple],
                         temporary: bool = False) -> None:
     """values_sql stored as the table `name` (the hardware spec tables)."""
-    sql, params = values_sql(columns, rows)
-    con.execute(f"CREATE OR REPLACE {'TEMP ' if temporary else ''}TABLE {name} AS {sql}", params)
+    select_sql, params = values_sql(columns, rows)
+    temp_sql = "TEMP " if temporary else ""
+    con.execute(f"CREATE OR REPLACE {temp_sql}TABLE {ident(name)} AS {select_sql}", params)
 
 
 @contextmanager
@@ -219,7 +238,7 @@ def values_table(con: duckdb.DuckDBPyConnection, name: str, columns: dict[str, s
     try:
         yield name
     finally:
-        con.execute(f"DROP TABLE IF EXISTS {name}")
+        con.execute(f"DROP TABLE IF EXISTS {ident(name)}")
 
 
 def add_diagnostic(
@@ -298,8 +317,8 @@ def create_staging_tables(con: duckdb.DuckDBPyConnection) -> None:
     """Every staging table, empty: a reader whose format has no rows of some tables (a kernel list has no API
     calls) creates them all and fills those it has."""
     for stage in STAGING_TABLES:
-        columns = ", ".join(f"{column.name} {column.type}" for column in stage.columns)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {stage.name} ({columns})")
+        columns_sql = ", ".join(f"{ident(column.name)} {column.type}" for column in stage.columns)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {ident(stage.name)} ({columns_sql})")
 
 
 def staging_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
@@ -358,7 +377,7 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, link: LaunchLink) -> None:
 
     A kernel's pid becomes the launching call's pid where one is found (a reader may stage the GPU's).
     """
-    pid_match = "AND a.pid = k.pid" if link is LaunchLink.PROCESS_AND_CORRELATION else ""
+    pid_match_sql = "AND a.pid = k.pid" if link is LaunchLink.PROCESS_AND_CORRELATION else ""
     con.execute(
         f"""
         INSERT INTO kernels
@@ -385,7 +404,7 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, link: LaunchLink) -> None:
         FROM _stage_kernels k
         JOIN ids ON ids.row = k.rowid
         LEFT JOIN launches a
-          ON a.rank = k.rank AND a.correlation_id = k.correlation_id {pid_match}
+          ON a.rank = k.rank AND a.correlation_id = k.correlation_id {pid_match_sql}
         """
     )
 
@@ -477,7 +496,7 @@ def finish_trace_span(con: duckdb.DuckDBPyConnection, rank: int) -> None:
 
 def drop_stages(con: duckdb.DuckDBPyConnection) -> None:
     for stage in STAGING_TABLES:
-        con.execute(f"DROP TABLE IF EXISTS {stage.name}")
+        con.execute(f"DROP TABLE IF EXISTS {ident(stage.name)}")
 
 
 # No real event lasts 11 days or ends after 2096 (epoch ns); such values are corrupt and would overflow sums.
@@ -488,11 +507,12 @@ MAX_TIMESTAMP_NS = 4 * 10**18
 def drop_implausible_times(con: duckdb.DuckDBPyConnection, rank: int) -> None:
     """Drop staged events whose times cannot be real, and say how many in diagnostics."""
     dropped = 0
+    condition_sql = "abs(start_ns) > $max_timestamp OR abs(end_ns) > $max_timestamp OR end_ns - start_ns > $max_event"
+    limits = {"max_timestamp": MAX_TIMESTAMP_NS, "max_event": MAX_EVENT_NS}
     for stage in STAGING_TABLES:
-        condition = (f"abs(start_ns) > {MAX_TIMESTAMP_NS} OR abs(end_ns) > {MAX_TIMESTAMP_NS} "
-                     f"OR end_ns - start_ns > {MAX_EVENT_NS}")
-        dropped += con.execute(f"SELECT count(*) FROM {stage.name} WHERE {condition}").fetchall()[0][0]
-        con.execute(f"DELETE FROM {stage.name} WHERE {condition}")
+        dropped += con.execute(f"SELECT count(*) FROM {ident(stage.name)} WHERE {condition_sql}",
+                               limits).fetchall()[0][0]
+        con.execute(f"DELETE FROM {ident(stage.name)} WHERE {condition_sql}", limits)
     if dropped:
         add_diagnostic(con, rank, "ingest", "warning", "implausible_times",
                        f"{dropped} events with impossible timestamps or durations (over 11 days, or past year 2096) were dropped")
@@ -575,12 +595,13 @@ def short_kernel_name(name: str) -> str:
 
 def add_short_names(con: duckdb.DuckDBPyConnection, stage: str) -> None:
     """Fill short_name of a staged kernel table from its distinct names (one Python call per name, not per event)."""
-    names = [row[0] for row in con.execute(f"SELECT DISTINCT name FROM {stage} WHERE short_name IS NULL").fetchall()]
+    names = [row[0] for row in
+             con.execute(f"SELECT DISTINCT name FROM {ident(stage)} WHERE short_name IS NULL").fetchall()]
     if not names:
         return
     with values_table(con, "_short_names", {"name": "VARCHAR", "short_name": "VARCHAR"},
                       [(name, short_kernel_name(name or "")) for name in names]):
         con.execute(
-            f"UPDATE {stage} SET short_name = s.short_name FROM _short_names s "
-            f"WHERE {stage}.short_name IS NULL AND {stage}.name = s.name"
+            f"UPDATE {ident(stage)} SET short_name = s.short_name FROM _short_names s "
+            f"WHERE {ident(stage)}.short_name IS NULL AND {ident(stage)}.name = s.name"
         )

@@ -26,7 +26,7 @@ from typing import Any, TextIO
 import duckdb
 
 from traceview.errors import TraceviewError
-from traceview.model.db import dict_rows
+from traceview.model.db import dict_rows, ident
 
 CHUNK_EVENTS = 100_000  # events rendered per query: the bound on the writer's memory
 GZIP_LEVEL = 6
@@ -85,14 +85,16 @@ def write_chrome_trace(con: duckdb.DuckDBPyConnection, findings: Sequence[dict[s
     finally:
         for table in ("_ct_raw", "_ct_slices", "_ct_groups", "_ct_tracks", "_ct_findings", "_ct_flows",
                       "_ct_roofline", "_ct_dirty", "_ct_checked", "_ct_flagged", "_ct_depths"):
-            con.execute(f"DROP TABLE IF EXISTS {table}")
+            con.execute(f"DROP TABLE IF EXISTS {ident(table)}")
         for macro in ("_ct_us", "_ct_abs_us", "_ct_str", "_ct_args"):
-            con.execute(f"DROP MACRO IF EXISTS {macro}")
+            con.execute(f"DROP MACRO IF EXISTS {ident(macro)}")
 
 
 def _build_slices(con: duckdb.DuckDBPyConnection) -> None:
     """Every timed row as a slice on its track group (a process's thread or stream), ids in start order."""
-    thread_kind = " ".join(f"WHEN '{kind}' THEN '{track}'" for kind, track in THREAD_KIND.items())
+    thread_kind_sql = " ".join(f"WHEN $kind_{i} THEN $track_{i}" for i in range(len(THREAD_KIND)))
+    tracks = {**{f"kind_{i}": kind for i, kind in enumerate(THREAD_KIND)},
+              **{f"track_{i}": track for i, track in enumerate(THREAD_KIND.values())}}
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _ct_raw AS
         SELECT 'kernel' AS source, rank, kernel_id AS source_id, 'gpu' AS process_kind, rank AS process_rank,
@@ -109,7 +111,7 @@ def _build_slices(con: duckdb.DuckDBPyConnection) -> None:
         UNION ALL
         SELECT CASE WHEN kind = 'nvtx_mark' THEN 'mark' ELSE 'range' END, rank, range_id,
                CASE WHEN kind = 'gpu_user_annotation' THEN 'gpu' ELSE 'host' END, rank, coalesce(pid, -1),
-               CASE kind {thread_kind} ELSE 'thread' END, coalesce(tid, -1), start_ns, end_ns
+               CASE kind {thread_kind_sql} ELSE 'thread' END, coalesce(tid, -1), start_ns, end_ns
         FROM ranges
         UNION ALL
         SELECT 'step', rank, step_id, 'traceview', -1, 0, 'steps', rank, start_ns, end_ns
@@ -117,16 +119,16 @@ def _build_slices(con: duckdb.DuckDBPyConnection) -> None:
         UNION ALL
         SELECT 'finding', rank, finding_id, 'traceview', -1, 0, 'findings', -1, start_ns, end_ns
         FROM _ct_findings
-    """)
+    """, tracks)
     # ids in start order, the longer of two slices that start together first (the parent); a negative
     # duration is drawn as zero
-    con.execute(f"""
+    con.execute("""
         CREATE OR REPLACE TEMP TABLE _ct_groups AS
         SELECT row_number() OVER (ORDER BY process_kind, process_rank, process_id, thread_kind, thread_id) AS group_id,
                process_kind, process_rank, process_id, thread_kind, thread_id,
-               thread_kind IN {NESTING_TRACKS} AS nests
+               list_contains($nesting_tracks, thread_kind) AS nests
         FROM (SELECT DISTINCT process_kind, process_rank, process_id, thread_kind, thread_id FROM _ct_raw)
-    """)
+    """, {"nesting_tracks": list(NESTING_TRACKS)})
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _ct_slices AS
         SELECT row_number() OVER (ORDER BY r.start_ns, CASE WHEN r.end_ns < r.start_ns THEN r.start_ns ELSE r.end_ns END DESC, r.source, r.rank,
@@ -310,7 +312,7 @@ def _event_sql(ph: str, cat: str, name: str, args: str) -> str:
 
 def _slice_events_sql() -> str:
     """One JSON text per slice in a slice_id range ($lo..$hi), in slice_id order."""
-    kernel = _event_sql("X", cat="'\"kernel\"'", name="coalesce(k.short_name, k.name)", args="""json_object(
+    kernel_sql = _event_sql("X", cat="'\"kernel\"'", name="coalesce(k.short_name, k.name)", args="""json_object(
         'kernel', k.name, 'kernel_id', k.kernel_id, 'rank', k.rank, 'device_id', k.device_id, 'stream_id', k.stream_id,
         'category', k.category, 'dtype', k.dtype, 'step_id', k.step_id, 'phase', k.phase,
         'grid', CASE WHEN k.grid_x IS NOT NULL THEN [k.grid_x, k.grid_y, k.grid_z] END,
@@ -320,20 +322,20 @@ def _slice_events_sql() -> str:
         'graph_id', k.graph_id, 'external_id', k.external_id, 'flops', k.flops, 'bytes', k.bytes,
         'achieved_tflops', r.achieved_tflops, 'achieved_tbps', r.achieved_tbps, 'pct_of_roof', r.pct_of_roof,
         'bound', r.bound, 'start_ns', k.start_ns, 'dur_ns', k.dur_ns)""")
-    memop = _event_sql("X", cat="to_json(m.kind)::VARCHAR", name="m.name", args="""json_object(
+    memop_sql = _event_sql("X", cat="to_json(m.kind)::VARCHAR", name="m.name", args="""json_object(
         'memop_id', m.memop_id, 'rank', m.rank, 'device_id', m.device_id, 'stream_id', m.stream_id,
         'copy_kind', m.copy_kind, 'bytes', m.bytes, 'src_kind', m.src_kind, 'dst_kind', m.dst_kind,
         'step_id', m.step_id, 'phase', st.phase, 'correlation_id', m.correlation_id,
         'start_ns', m.start_ns, 'dur_ns', m.dur_ns)""")
-    call = _event_sql("X", cat="to_json('cuda_' || a.api)::VARCHAR", name="a.name", args="""json_object(
+    call_sql = _event_sql("X", cat="to_json('cuda_' || a.api)::VARCHAR", name="a.name", args="""json_object(
         'call_id', a.call_id, 'rank', a.rank, 'pid', a.pid, 'tid', a.tid, 'correlation_id', a.correlation_id,
         'is_launch', a.is_launch, 'is_sync', a.is_sync, 'external_id', a.external_id,
         'start_ns', a.start_ns, 'dur_ns', a.dur_ns)""")
-    range_args = """json_object(
+    range_args_sql = """json_object(
         'range_id', g.range_id, 'rank', g.rank, 'pid', g.pid, 'tid', g.tid, 'domain', g.domain,
         'external_id', g.external_id, 'input_dims', g.input_dims, 'input_types', g.input_types,
         'input_values', g.input_values, 'flops', g.flops, 'start_ns', g.start_ns, 'dur_ns', g.dur_ns)"""
-    step = _event_sql("X", cat="'\"step\"'", name="st.phase || ' step ' || st.step_id", args="""json_object(
+    step_sql = _event_sql("X", cat="'\"step\"'", name="st.phase || ' step ' || st.step_id", args="""json_object(
         'rank', st.rank, 'step_id', st.step_id, 'phase', st.phase, 'phase_source', st.phase_source,
         'confidence', st.confidence, 'name', st.name, 'step_source', st.step_source, 'kernels', st.kernels,
         'graph_kernels', st.graph_kernels, 'memops', st.memops, 'gpu_time_ns', st.gpu_time_ns,
@@ -341,39 +343,39 @@ def _slice_events_sql() -> str:
         'prefill_requests', st.prefill_requests, 'decode_requests', st.decode_requests,
         'cpu_start_ns', st.cpu_start_ns, 'cpu_end_ns', st.cpu_end_ns,
         'start_ns', st.start_ns, 'dur_ns', st.end_ns - st.start_ns)""")
-    finding = _event_sql("X", cat="'\"finding\"'", name="f.name", args="f.args::JSON")
-    in_chunk = "s.slice_id BETWEEN $lo AND $hi"
+    finding_sql = _event_sql("X", cat="'\"finding\"'", name="f.name", args="f.args::JSON")
+    in_chunk_sql = "s.slice_id BETWEEN $lo AND $hi"
 
-    def range_event(ph: str) -> str:  # a range is a slice, an NVTX mark a thread instant
-        return _event_sql(ph, cat="to_json(g.kind)::VARCHAR", name="g.name", args=range_args)
+    def range_event_sql(ph: str) -> str:  # a range is a slice, an NVTX mark a thread instant
+        return _event_sql(ph, cat="to_json(g.kind)::VARCHAR", name="g.name", args=range_args_sql)
 
     return f"""
         SELECT text FROM (
-            SELECT s.slice_id, {kernel} AS text
+            SELECT s.slice_id, {kernel_sql} AS text
             FROM _ct_slices s JOIN kernels k ON k.rank = s.rank AND k.kernel_id = s.source_id
             LEFT JOIN _ct_roofline r ON r.rank = k.rank AND r.kernel_id = k.kernel_id
-            WHERE s.source = 'kernel' AND {in_chunk}
+            WHERE s.source = 'kernel' AND {in_chunk_sql}
             UNION ALL
-            SELECT s.slice_id, {memop}
+            SELECT s.slice_id, {memop_sql}
             FROM _ct_slices s JOIN memops m ON m.rank = s.rank AND m.memop_id = s.source_id
             LEFT JOIN steps st ON st.rank = m.rank AND st.step_id = m.step_id
-            WHERE s.source = 'memop' AND {in_chunk}
+            WHERE s.source = 'memop' AND {in_chunk_sql}
             UNION ALL
-            SELECT s.slice_id, {call}
+            SELECT s.slice_id, {call_sql}
             FROM _ct_slices s JOIN api_calls a ON a.rank = s.rank AND a.call_id = s.source_id
-            WHERE s.source = 'api_call' AND {in_chunk}
+            WHERE s.source = 'api_call' AND {in_chunk_sql}
             UNION ALL
-            SELECT s.slice_id, CASE s.source WHEN 'range' THEN {range_event("X")} ELSE {range_event("i")} END
+            SELECT s.slice_id, CASE s.source WHEN 'range' THEN {range_event_sql("X")} ELSE {range_event_sql("i")} END
             FROM _ct_slices s JOIN ranges g ON g.rank = s.rank AND g.range_id = s.source_id
-            WHERE s.source IN ('range', 'mark') AND {in_chunk}
+            WHERE s.source IN ('range', 'mark') AND {in_chunk_sql}
             UNION ALL
-            SELECT s.slice_id, {step}
+            SELECT s.slice_id, {step_sql}
             FROM _ct_slices s JOIN steps st ON st.rank = s.rank AND st.step_id = s.source_id
-            WHERE s.source = 'step' AND {in_chunk}
+            WHERE s.source = 'step' AND {in_chunk_sql}
             UNION ALL
-            SELECT s.slice_id, {finding}
+            SELECT s.slice_id, {finding_sql}
             FROM _ct_slices s JOIN _ct_findings f ON f.finding_id = s.source_id
-            WHERE s.source = 'finding' AND {in_chunk}
+            WHERE s.source = 'finding' AND {in_chunk_sql}
         ) ORDER BY slice_id
     """
 

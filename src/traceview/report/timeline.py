@@ -30,7 +30,6 @@ MAX_MARKS = 4_000
 # whether kernels merge within one category only (coarse levels merge a lane's adjacent kernels of any category).
 LEVELS = ((0, True), (16_000, True), (8_000, True), (4_000, True), (2_000, True), (1_000, True),
           (4_000, False), (2_000, False), (1_000, False), (500, False), (250, False), (125, False))
-_END_OFFSET = 1 << 63  # shifts a BIGINT end into 0..2**64 - 1, below the lane packed above it
 BIN = 4  # a merged bar stays inside one bin of this many resolutions: sub-pixel work merges, visible work stays
 _FOCUS = re.compile(r"^\s*(?:(\d+)\s*:\s*)?(\d+)\s*$")
 
@@ -53,7 +52,7 @@ class FocusStep:
         return f"{self.step_id}" if self.rank is None else f"{self.rank}:{self.step_id}"
 
 
-_STEPS = """
+_steps_sql = """
     SELECT s.rank, s.step_id, s.phase, s.start_ns, s.end_ns, s.end_ns - s.start_ns AS wall_ns, b.wall_ns AS owned_ns,
            s.gpu_start_ns, s.gpu_end_ns, s.kernels, s.memops
     FROM steps s LEFT JOIN step_budget b ON b.rank = s.rank AND b.step_id = s.step_id
@@ -63,8 +62,8 @@ _STEPS = """
 # those threads inside the window, and its devices' idle gaps clipped to its GPU span. `grp` is what merges.
 # A kernel's name (often hundreds of characters) stays out: every CTE and window would copy it; the bars look
 # up the names of their longest kernels at the end.
-_MARKS = f"""
-    step AS (SELECT * FROM ({_STEPS}) WHERE rank = $rank AND step_id = $step_id),
+_marks_sql = f"""
+    step AS (SELECT * FROM ({_steps_sql}) WHERE rank = $rank AND step_id = $step_id),
     k AS (
         SELECT k.kernel_id, k.device_id, k.stream_id, k.start_ns, k.end_ns, k.dur_ns, k.launch_call_id,
                coalesce(k.category, 'other') AS category, k.dtype,
@@ -129,7 +128,7 @@ _MARKS = f"""
     )"""
 
 
-def _opens(level: int, by_category: bool) -> str:
+def _opens_sql(level: int, by_category: bool) -> str:
     """SQL: 0 where a mark joins the bar of the mark before it on its lane at this merge level, else 1.
 
     It joins when both are shorter than the resolution, of one group (at coarse levels kernels of any category)
@@ -137,16 +136,16 @@ def _opens(level: int, by_category: bool) -> str:
     lane's work before it ends: `reach`, the largest of the two durations and that distance, is below the
     resolution. What it compares with (`compared`, one window pass) is the same at every level.
     """
-    resolution = f"$resolutions[{level}]::BIGINT"
-    bin_ns = f"({resolution} * $bin::BIGINT)"
-    same = "same_group" if by_category else "same_kind"
-    return f"""CASE WHEN {resolution} > 0 AND {same} AND reach < {resolution}
-                        AND offset_ns // {bin_ns} = prev_offset_ns // {bin_ns} THEN 0 ELSE 1 END"""
+    resolution_sql = f"$resolution_{level}::BIGINT"
+    bin_sql = f"({resolution_sql} * $bin::BIGINT)"
+    same_sql = "same_group" if by_category else "same_kind"
+    return f"""CASE WHEN {resolution_sql} > 0 AND {same_sql} AND reach < {resolution_sql}
+                        AND offset_ns // {bin_sql} = prev_offset_ns // {bin_sql} THEN 0 ELSE 1 END"""
 
 
 # How a step's bars are drawn, from `runs` (its marks, each with the bar it falls in and its place on its lane)
 # and `chosen` (the merge level).
-_DRAWN = """
+_drawn_sql = """
     bars AS (
         SELECT lane, kind, min(start_ns) - $step_start AS offset_ns, max(end_ns) - min(start_ns) AS span_ns,
                sum(dur_ns)::BIGINT AS dur_ns, count(*) AS count,
@@ -202,7 +201,7 @@ _DRAWN = """
          FROM named WHERE kind = 'idle') AS gaps,
         (SELECT held FROM held) AS held"""
 
-_HELD = """
+_held_sql = """
     held AS (
         SELECT struct_pack(kernels := count(*) FILTER (WHERE kind = 'kernel'),
                            kernel_ns := coalesce(sum(dur_ns) FILTER (WHERE kind = 'kernel'), 0)::BIGINT,
@@ -214,16 +213,16 @@ _HELD = """
     )"""
 
 # A step that fits MAX_MARKS as it is: every mark is its own bar (its kind and seq are unique on its lane).
-_AS_IS = f"""
-    WITH {_MARKS}, {_HELD},
+_as_is_sql = f"""
+    WITH {_marks_sql}, {_held_sql},
     chosen AS (SELECT 1 AS level),
     runs AS (SELECT *, seq AS run, NULL::BIGINT AS pos FROM laned),
-    {_DRAWN}"""
+    {_drawn_sql}"""
 
 # Every mark of the step in its lane's order (`pos`, increasing along each lane) with the kind, group, duration and
 # start of the mark before it, and the latest end of the marks before it on its lane (`prev_end_ns`). A lane's
 # first mark sees the previous lane's last in the lags; its prev_end_ns is NULL, which is what tells.
-_ORDERED = f"""
+_ordered_sql = """
     swept AS (  -- every lane's marks in order, read by streaming windows (an empty OVER keeps the sort's order):
         -- the sort runs on every core, and each function is one step along the rows. The lags cross from one lane
         -- into the next, but a lane's first mark has no prev_end_ns (below), so no reach, and opens a bar anyway
@@ -231,17 +230,25 @@ _ORDERED = f"""
                lag(kind = 'kernel') OVER w AS prev_is_kernel, lag(grp) OVER w AS prev_grp,
                lag(dur_ns) OVER w AS prev_dur_ns, lag(start_ns) OVER w AS prev_start_ns,
                -- the running max of (lane, end) packed in one integer: lanes come in order, so the max carries
-               -- the current lane once it holds a mark of it
-               max((lane::HUGEINT << 64) + end_ns + {_END_OFFSET}) OVER w AS lane_end
+               -- the current lane once it holds a mark of it; 2**63 shifts a BIGINT end into 0..2**64 - 1, below
+               -- the lane packed above it
+               max((lane::HUGEINT << 64) + end_ns + 9223372036854775808) OVER w AS lane_end
         FROM (SELECT lane, kind, seq, start_ns, end_ns, grp, dur_ns FROM laned ORDER BY lane, start_ns, seq)
         WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
     ),
     ordered AS MATERIALIZED (  -- stored, so the comparisons below run on every core again
         SELECT * EXCLUDE (lane_end, prev_lane_end),
                CASE WHEN prev_lane_end >> 64 = lane
-                    THEN (prev_lane_end - (lane::HUGEINT << 64) - {_END_OFFSET})::BIGINT END AS prev_end_ns
+                    THEN (prev_lane_end - (lane::HUGEINT << 64) - 9223372036854775808)::BIGINT END AS prev_end_ns
         FROM (SELECT *, lag(lane_end) OVER () AS prev_lane_end FROM swept)
     )"""
+
+
+# A mark's `opens`: bit i - 1 (the parameter $bit_i) set where it opens a bar at merge level i; and the number of
+# bars at each level
+_every_level_opens_sql = " + ".join(f"(({_opens_sql(i, by_category)}) << $bit_{i}::INTEGER)"
+                        for i, (_, by_category) in enumerate(LEVELS, 1))
+_counts_sql = ", ".join(f"sum((opens >> $bit_{i}::INTEGER) & 1)" for i in range(1, len(LEVELS) + 1))
 
 # Past the cap, the first merge level whose bars fit $max_marks (the last one if none does): one sort and one
 # streaming pass give every mark its place on its lane and what it compares with, one scan counts the bars of
@@ -250,9 +257,9 @@ _ORDERED = f"""
 # two windows, 1.0 s sorted and streamed). Both passes carry only the columns they order and compare; the rest
 # joins back, and `marks`/`laned` are computed again per use (NOT MATERIALIZED), which is cheaper than storing
 # millions of rows.
-_MERGED = f"""
-    WITH {_MARKS}, {_HELD},
-    {_ORDERED},
+_merged_sql = f"""
+    WITH {_marks_sql}, {_held_sql},
+    {_ordered_sql},
     compared AS (  -- what every level compares, once: the groups (strings) and the largest of the three lengths
         SELECT lane, kind, seq, pos, grp = prev_grp AS same_group,
                CASE WHEN kind = 'kernel' THEN 'kernel' ELSE grp END
@@ -266,13 +273,10 @@ _MERGED = f"""
     ),
     flagged AS MATERIALIZED (  -- bit i - 1 of `opens`: the mark opens a bar at level i
         SELECT lane, kind = 'kernel' AS is_kernel, seq, pos,
-               {" + ".join(f"(({_opens(i, by_category)}) << {i - 1})"
-                           for i, (_, by_category) in enumerate(LEVELS, 1))} AS opens
+               {_every_level_opens_sql} AS opens
         FROM compared
     ),
-    counts AS (
-        SELECT [{", ".join(f"sum((opens >> {i - 1}) & 1)" for i in range(1, len(LEVELS) + 1))}] AS bars FROM flagged
-    ),
+    counts AS (SELECT [{_counts_sql}] AS bars FROM flagged),
     chosen AS (
         SELECT coalesce(list_position(list_transform(bars, lambda b: b <= $max_marks), true), len(bars)) AS level
         FROM counts
@@ -288,7 +292,7 @@ _MERGED = f"""
         SELECT l.*, r.run, r.pos
         FROM laned l LEFT JOIN merged r ON r.lane = l.lane AND r.is_kernel = (l.kind = 'kernel') AND r.seq = l.seq
     ),
-    {_DRAWN}"""
+    {_drawn_sql}"""
 
 
 def build_timeline(con: duckdb.DuckDBPyConnection, focus_step: FocusStep | None = None) -> dict[str, Any]:
@@ -301,7 +305,7 @@ def _chosen(con: duckdb.DuckDBPyConnection, focus: FocusStep | None) -> list[dic
     """The slowest step of each phase with GPU work (owned wall time, else wall time), and the focus step; in
     time order, each with the sentence that says why it is drawn."""
     slowest = dict_rows(con, f"""
-        SELECT * FROM ({_STEPS}) WHERE phase <> 'empty' AND kernels + memops > 0
+        SELECT * FROM ({_steps_sql}) WHERE phase <> 'empty' AND kernels + memops > 0
         QUALIFY row_number() OVER (PARTITION BY phase ORDER BY coalesce(owned_ns, wall_ns) DESC, rank, step_id) = 1""")
     reasons = {(s["rank"], s["step_id"]): [f"slowest {s['phase']} step"] for s in slowest}
     steps = {(s["rank"], s["step_id"]): s for s in slowest}
@@ -327,7 +331,7 @@ def _focus(con: duckdb.DuckDBPyConnection, focus: FocusStep) -> dict[str, Any]:
     if rank not in ranks:
         listed = ", ".join(map(str, ranks)) or "none"
         raise TraceviewError(f"--focus-step {focus}: no rank {rank} in the trace (ranks: {listed})")
-    rows = dict_rows(con, f"SELECT * FROM ({_STEPS}) WHERE rank = ? AND step_id = ?", [rank, focus.step_id])
+    rows = dict_rows(con, f"SELECT * FROM ({_steps_sql}) WHERE rank = ? AND step_id = ?", [rank, focus.step_id])
     if rows:
         return rows[0]
     first, last = con.execute("SELECT min(step_id), max(step_id) FROM steps WHERE rank = ?", [rank]).fetchall()[0]
@@ -347,10 +351,12 @@ def _step(con: duckdb.DuckDBPyConnection, step: dict[str, Any]) -> dict[str, Any
     merged only if its calls and gaps take it past the cap."""
     options = levels(step["wall_ns"])
     params = {"rank": step["rank"], "step_id": step["step_id"], "step_start": step["start_ns"]}
-    rows = None if (step["kernels"] or 0) + (step["memops"] or 0) > MAX_MARKS else dict_rows(con, _AS_IS, params)[0]
+    rows = (None if (step["kernels"] or 0) + (step["memops"] or 0) > MAX_MARKS
+            else dict_rows(con, _as_is_sql, params)[0])
     if rows is None or sum(rows["held"][kind] for kind in ("kernels", "memops", "calls", "gaps")) > MAX_MARKS:
-        rows = dict_rows(con, _MERGED, {**params, "bin": BIN, "max_marks": MAX_MARKS,
-                                        "resolutions": [r for r, _ in options]})[0]
+        rows = dict_rows(con, _merged_sql, {**params, "bin": BIN, "max_marks": MAX_MARKS,
+                                            **{f"resolution_{i}": r for i, (r, _) in enumerate(options, 1)},
+                                            **{f"bit_{i}": i - 1 for i in range(1, len(options) + 1)}})[0]
     resolution, by_category = options[rows["level"] - 1]
     lanes = rows["lanes"] or []
     drawn = {kind: rows[kind] or [] for kind in ("kernels", "memops", "calls", "gaps")}

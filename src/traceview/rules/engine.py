@@ -135,9 +135,9 @@ def missing_requirement(con: duckdb.DuckDBPyConnection, requirement: str) -> str
     if column:
         if not db.has_column(con, table, column):
             return f"{table}.{column} is not computed for this trace"
-        if not con.execute(f'SELECT count("{column}") FROM "{table}"').fetchall()[0][0]:
+        if not con.execute(f'SELECT count("{db.ident(column)}") FROM "{db.ident(table)}"').fetchall()[0][0]:
             return f"no {table}.{column} values in this trace"
-    elif not con.execute(f'SELECT count(*) FROM "{table}"').fetchall()[0][0]:
+    elif not con.execute(f'SELECT count(*) FROM "{db.ident(table)}"').fetchall()[0][0]:
         return f"no rows in {table}"
     return None
 

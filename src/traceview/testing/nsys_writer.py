@@ -11,7 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from traceview.model.db import short_kernel_name
+from traceview.model.db import ident, short_kernel_name
 from traceview.testing.plan import _Plan, _plan, _time_span
 from traceview.testing.spec import GpuSpec, Kernel, TraceSpec, _arch, global_pid, global_tid
 
@@ -377,15 +377,16 @@ def _ddl(table: str, version: str) -> str:
     if version == "legacy":
         parts = []
         for name, typ, cons, _ in cols:
-            decl = f"{name} {typ}"
+            decl = f"{ident(name)} {typ}"
             if cons:
                 decl += " " + " ".join(cons.split())
             if table == "CUPTI_ACTIVITY_KIND_RUNTIME" and name == "callchainId":
                 decl += " REFERENCES CUDA_CALLCHAINS(id)"
             parts.append(decl)
-        return f"CREATE TABLE {table} ({', '.join(parts)})"
+        columns_sql = ", ".join(parts)
+        return f"CREATE TABLE {ident(table)} ({columns_sql})"
     comment = _DDL_COLUMNS[table][0]
-    lines = [f"CREATE TABLE {table} ("]
+    lines = [f"CREATE TABLE {ident(table)} ("]
     if comment:
         lines += [f"    -- {comment}", ""]
     for i, (name, typ, cons, cmt) in enumerate(cols):
@@ -399,12 +400,16 @@ def _ddl(table: str, version: str) -> str:
 
 
 def _enum_ddl(table: str, comment: str, version: str) -> str:
+    """An ENUM_* table's CREATE TABLE text; the column comments end in a full stop from nsys 2026.3 on."""
     dot = "." if version == "2026.3" else ""
+    table_comment_sql = f"-- {comment}"
+    id_comment_sql, name_comment_sql, label_comment_sql = (
+        f"-- Enum {meaning}{dot}" for meaning in ("numerical value", "symbol name", "human name"))
     return (
-        f"CREATE TABLE {table} (\n    -- {comment}\n\n"
-        f"    id                          INTEGER   NOT NULL   PRIMARY KEY,      -- Enum numerical value{dot}\n"
-        f"    name                        TEXT,                                  -- Enum symbol name{dot}\n"
-        f"    label                       TEXT                                   -- Enum human name{dot}\n)"
+        f"CREATE TABLE {ident(table)} (\n    {table_comment_sql}\n\n"
+        f"    id                          INTEGER   NOT NULL   PRIMARY KEY,      {id_comment_sql}\n"
+        f"    name                        TEXT,                                  {name_comment_sql}\n"
+        f"    label                       TEXT                                   {label_comment_sql}\n)"
     )
 
 
@@ -763,17 +768,17 @@ def write_nsys(
             if table == "<ENUMS>":
                 for etable, comment, erows in _enum_tables(version):
                     con.execute(_enum_ddl(etable, comment, version))
-                    con.executemany(f"INSERT INTO {etable} VALUES (?, ?, ?)", erows)
+                    con.executemany(f"INSERT INTO {ident(etable)} VALUES (?, ?, ?)", erows)
                 continue
             rows = tables.get(table)
             if not rows:
                 continue
             con.execute(_ddl(table, version))
             cols = [c[0] for c in _columns(table, version)]
-            quoted = ", ".join(f'"{c}"' for c in cols)
-            marks = ", ".join("?" for _ in cols)
+            columns_sql = ", ".join(f'"{ident(c)}"' for c in cols)
+            marks_sql = ", ".join("?" for _ in cols)
             con.executemany(
-                f"INSERT INTO {table} ({quoted}) VALUES ({marks})",
+                f"INSERT INTO {ident(table)} ({columns_sql}) VALUES ({marks_sql})",
                 [tuple(r.get(c) for c in cols) for r in rows],
             )
         con.commit()
