@@ -79,3 +79,13 @@ def test_html_markdown_json_and_info_show_the_same_phases(case) -> None:
         assert re.search(rf"\| {re.escape(phase['phase'])} \|[^\n]*\| {re.escape(label)} \|", text), phase["phase"]
         assert (f"<b>{phase['bound']}</b> <span class=\"muted small\">("
                 f"{html_escape.escape(phase['bound_source'].replace('_', ' '))})") in page
+
+
+def test_copy_totals_say_unknown_bytes_as_unknown_not_zero(case) -> None:
+    trace, document = case
+    for kind, section in (("memcpy", "copies"), ("memset", "memsets")):
+        count, known, total = trace.sql("SELECT count(*), count(bytes), sum(bytes) FROM memops WHERE kind = ?",
+                                        [kind]).rows()[0]
+        figures = document["summary"][section]
+        assert figures["count"] == count
+        assert figures["bytes"] == (0 if count == 0 else None if known == 0 else total), kind

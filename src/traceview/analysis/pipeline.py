@@ -58,6 +58,7 @@ STAGES: tuple[Stage, ...] = (
     ranks.STAGE,
     steady.STAGE,
     sql_module.load("step_windows").stage(),
+    sql_module.load("rule_inputs").stage(),
     engines.STAGE,
     host_context.STAGE,
     budget.STAGE,

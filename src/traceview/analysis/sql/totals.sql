@@ -10,11 +10,11 @@
 --     roofline_category_totals, roofline_phase_totals, memop_totals, memop_kind_totals, priced_time_by_phase,
 --     idle_totals, queue_depth_totals, rank_step_skew
 
--- table phase_busy: one row per phase any kernel or memop ran in
+-- view phase_busy: one row per phase any kernel or memop ran in
 --   phase: `kernels.phase`, or the phase of a memop's step (`other` outside steps)
 --   kernel_busy_ns: the union of its kernels' intervals per device, summed over devices, ns
 --   copy_busy_ns: the union of its memcpys' and memsets' intervals per device, summed over devices, ns
-CREATE OR REPLACE TABLE phase_busy AS
+CREATE OR REPLACE VIEW phase_busy AS
 WITH one_phase AS (
     -- a device whose kernels are all of one phase has that phase's busy time already (device_activity): only
     -- devices that ran several phases need a union per phase
@@ -45,7 +45,7 @@ SELECT phase, coalesce(sum(busy_ns) FILTER (WHERE kind = 'kernel'), 0)::BIGINT A
        coalesce(sum(busy_ns) FILTER (WHERE kind = 'copy'), 0)::BIGINT AS copy_busy_ns
 FROM unions GROUP BY phase ORDER BY phase;
 
--- table phase_totals: one row per phase of `phase_summary`, over all ranks
+-- view phase_totals: one row per phase of `phase_summary`, over all ranks
 --   phase: the phase
 --   steps: steps of the phase, ranks summed
 --   time_ns: Σ step wall time, ns
@@ -79,7 +79,7 @@ FROM unions GROUP BY phase ORDER BY phase;
 --   no_roof_reason: `phase_summary.no_roof_reason` most ranks have
 --   kernel_busy_ns: `phase_busy.kernel_busy_ns` (0 when none ran)
 --   copy_busy_ns: `phase_busy.copy_busy_ns` (0 when none ran)
-CREATE OR REPLACE TABLE phase_totals AS
+CREATE OR REPLACE VIEW phase_totals AS
 WITH model AS (
     SELECT rank, phase, sum(roofline_floor_ns) AS roofline_floor_ns,
            sum(kernel_inefficiency_ns) AS kernel_inefficiency_ns, sum(gpu_idle_ns) AS gpu_idle_ns,
@@ -144,7 +144,7 @@ SELECT p.phase, steps, time_ns, gpu_busy_ns, kernel_time_ns, costed_time_ns, cov
 FROM pooled p LEFT JOIN phase_busy b USING (phase)
 ORDER BY p.phase;
 
--- table phase_time_split: one row per phase (NULL: time outside steps) of the priced step windows
+-- view phase_time_split: one row per phase (NULL: time outside steps) of the priced step windows
 --   phase: `step_budget.phase`
 --   steps: priced steps
 --   wall_ns: their owned wall time, ns
@@ -162,7 +162,7 @@ ORDER BY p.phase;
 --   families: list of {short_name, category, ns}: the same apportioned to kernel families
 --   unattributed_kernel_ns: kernel time of a bucket with no kernel of its kind in the step (work of a
 --     neighbour step ran there), ns
-CREATE OR REPLACE TABLE phase_time_split AS
+CREATE OR REPLACE VIEW phase_time_split AS
 WITH priced AS (SELECT * FROM step_budget WHERE step_id IS NOT NULL AND priced),
 family AS (
     SELECT k.rank, k.step_id, k.category, k.short_name, sum(k.dur_ns) AS dur_ns,
@@ -283,14 +283,14 @@ SELECT phase, sum(flops) / sum(bytes) AS arithmetic_intensity,
            / nullif(sum(costed_time_ns) FILTER (WHERE pct_of_roof IS NOT NULL), 0) AS pct_of_roof
 FROM roofline_by_phase WHERE flops > 0 AND bytes > 0 GROUP BY phase ORDER BY phase;
 
--- table memop_totals: one row per memop kind (`memcpy`, `memset`), present or not
+-- view memop_totals: one row per memop kind (`memcpy`, `memset`), present or not
 --   kind: `memops.kind`
 --   count: operations of the kind
 --   busy_ns: the union of their intervals per device, summed over devices, ns (0 when none)
 --   time_ns: Σ duration, ns (0 when none)
---   bytes: Σ bytes, where known (0 when none)
+--   bytes: Σ bytes, where known: 0 when no operation of the kind ran, NULL when none records its bytes
 --   gbps: Σbytes / Σduration over the operations whose bytes are known, GB/s (1 byte/ns)
-CREATE OR REPLACE TABLE memop_totals AS
+CREATE OR REPLACE VIEW memop_totals AS
 WITH kinds(kind) AS (VALUES ('memcpy'), ('memset')),
 ordered AS (
     with_prev_end!((SELECT kind, dur_ns, bytes, start_ns, end_ns, rank, device_id FROM memops), (kind, rank, device_id))
@@ -304,7 +304,8 @@ sums AS (
     FROM ordered GROUP BY kind
 )
 SELECT k.kind, coalesce(s.count, 0) AS count, coalesce(s.busy_ns, 0)::BIGINT AS busy_ns,
-       coalesce(s.time_ns, 0)::BIGINT AS time_ns, coalesce(s.bytes, 0)::BIGINT AS bytes, s.gbps
+       coalesce(s.time_ns, 0)::BIGINT AS time_ns,
+       CASE WHEN s.count IS NULL THEN 0 ELSE s.bytes END::BIGINT AS bytes, s.gbps
 FROM kinds k LEFT JOIN sums s USING (kind);
 
 -- view memop_kind_totals: one row per (memop kind, copy kind)
