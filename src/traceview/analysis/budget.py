@@ -105,32 +105,24 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
         spanned AS (
             SELECT *, span_lo < e AND span_hi > s AND span_hi > span_lo AS has_gpu FROM starts
         ),
-        idle_hi AS (
-            SELECT w.rank, w.step_id, w.s, w.span_hi,
+        idle_at AS (
+            -- per idle kind, the rank's gap time of that kind before each end of the window's GPU span
+            SELECT w.rank, w.step_id, w.s, w.side,
                    CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_host_wait + CASE WHEN g.idle_kind = 'host_wait' THEN
-                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS host_wait,
+                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS host_wait,
                    CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_sync_drain + CASE WHEN g.idle_kind = 'sync_drain' THEN
-                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS sync_drain,
+                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS sync_drain,
                    CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_bubble + CASE WHEN g.idle_kind = 'bubble' THEN
-                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS bubble,
+                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS bubble,
                    CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_unknown + CASE WHEN g.idle_kind = 'unknown' THEN
-                       (CASE WHEN w.span_hi < g.hi THEN w.span_hi - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS unknown
-            FROM spanned w ASOF LEFT JOIN gaps g ON g.rank = w.rank AND g.lo <= w.span_hi
-            WHERE w.has_gpu
+                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS unknown
+            FROM (SELECT rank, step_id, s, 'hi' AS side, span_hi AS point FROM spanned WHERE has_gpu
+                  UNION ALL
+                  SELECT rank, step_id, s, 'lo', span_lo FROM spanned WHERE has_gpu) w
+            ASOF LEFT JOIN gaps g ON g.rank = w.rank AND g.lo <= w.point
         ),
-        idle_lo AS (
-            SELECT w.rank, w.step_id, w.s, w.span_lo,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_host_wait + CASE WHEN g.idle_kind = 'host_wait' THEN
-                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS host_wait,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_sync_drain + CASE WHEN g.idle_kind = 'sync_drain' THEN
-                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS sync_drain,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_bubble + CASE WHEN g.idle_kind = 'bubble' THEN
-                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS bubble,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_unknown + CASE WHEN g.idle_kind = 'unknown' THEN
-                       (CASE WHEN w.span_lo < g.hi THEN w.span_lo - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS unknown
-            FROM spanned w ASOF LEFT JOIN gaps g ON g.rank = w.rank AND g.lo <= w.span_lo
-            WHERE w.has_gpu
-        ),
+        idle_hi AS (SELECT * FROM idle_at WHERE side = 'hi'),
+        idle_lo AS (SELECT * FROM idle_at WHERE side = 'lo'),
         pieces AS (
             SELECT w.rank, w.step_id, w.e - w.s AS wall_ns,
                    w.compute_e - w.compute_s AS compute_ns,
