@@ -63,3 +63,16 @@ def test_an_interval_macro_is_intervals_own_sql() -> None:
     expanded = sql_module.expand(f"WITH u AS (busy_time!(({source}), (rank, device_id))) SELECT busy_before!(k, w.e)")
     assert expanded == (f"WITH u AS ({intervals.busy_time_sql(source, ('rank', 'device_id'))}) "
                         f"SELECT {intervals.busy_before_sql('k', 'w.e')}")
+
+
+def test_the_statement_split_is_duckdbs_on_every_module() -> None:
+    """The loader splits statements with its own scan (DuckDB's parser at import is slow): it must find the
+    statements and the parameters DuckDB's parser finds."""
+    import duckdb
+
+    for name in MODULES:
+        text = resources.files("traceview.analysis").joinpath("sql", f"{name}.sql").read_text(encoding="utf-8")
+        ours = [s.parameters for section in sql_module.parse(name, text).sections.values() for s in section]
+        body = sql_module.expand("\n".join(line for line in text.splitlines() if not line.startswith("-- section:")))
+        theirs = [frozenset(s.named_parameters) for s in duckdb.extract_statements(body) if s.query.strip()]
+        assert ours == theirs, name
