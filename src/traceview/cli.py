@@ -474,7 +474,7 @@ def _audit_outputs(func):
 @click.option("--baseline", type=click.Path(path_type=Path, dir_okay=False), help="Suppress known findings.")
 @_audit_outputs
 @click.option("--reports-dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Write each trace's report (" + ", ".join(REPORT.names()) + ") into this directory.")
+              help="Write each trace's report (" + ", ".join(REPORT.defaults()) + ") into this directory.")
 @_rule_config_options
 @_analysis_options
 @click.option("--profile", "profile", is_flag=True,
