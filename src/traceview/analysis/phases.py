@@ -4,9 +4,11 @@ decode, mixed, empty, unknown.
 A step is a host-side window: an engine's step annotation, an `execute_model` Python frame, a
 ProfilerStep, a range matching the user's regex, or, with none of these, a burst of GPU work between
 idle gaps where such bursts repeat a kernel pattern (else the rank's GPU work is one window). The GPU work of a step is what its launches caused (joined on correlation id), not
-whatever happens to run on the GPU during the window. The workload kind comes first: a step that
-launches backward or optimizer work is `train`; only inference steps get prefill/decode/mixed. Each
-step's phase comes from the strongest evidence available, recorded in `phase_source` with a confidence.
+whatever happens to run on the GPU during the window. An engine's step annotation (confidence 1.0, or with token
+counts) decides the phase first; then the workload kind: a step that launches backward work or work inside a strong
+optimizer range is `train` (multi-tensor and fused optimizer ops count only beside those); only inference steps get
+prefill/decode/mixed. Each step's phase comes from the strongest evidence available, recorded in `phase_source` with
+a confidence. With no step marker, a training loop's NVTX/user ranges (forward .. optimizer) make the steps.
 
 The SQL is analysis/sql/steps.sql; this module loads steps.toml (the engines' step grammars, training
 patterns, GEMM tiles) and runs its sections with those values bound.
@@ -50,10 +52,16 @@ class StepGrammar:
 
 @dataclass(frozen=True)
 class TrainingPatterns:
-    """Range-name patterns (RE2) of backward and optimizer work, and how GEMM names state their tile."""
+    """Range-name patterns (RE2) of backward and optimizer work (strong and weak), the training loop's phase words,
+    and how GEMM names state their tile."""
 
     backward: str
     optimizer: str
+    optimizer_weak: str
+    loop_forward: str
+    loop_loss: str
+    loop_backward: str  # backward words or a gradient all-reduce
+    loop_optimizer: str
     tile_patterns: tuple[str, ...]
     skinny: str
     small_max: int
@@ -72,14 +80,18 @@ def _any_of(patterns: list[str]) -> str:
 
 def load_training_patterns() -> TrainingPatterns:
     config = _steps_config()
-    training, tiles = config["training"], config["gemm_tiles"]
-    for where, table, keys in (("training", training, ("backward", "optimizer")),
+    training, loop, tiles = config["training"], config["training_loop"], config["gemm_tiles"]
+    for where, table, keys in (("training", training, ("backward", "optimizer", "optimizer_weak")),
+                               ("training_loop", loop, ("forward", "loss", "backward", "grad_sync", "optimizer")),
                                ("gemm_tiles", tiles, ("patterns", "skinny", "small_max", "skinny_max", "large_min"))):
         missing = [key for key in keys if key not in table]
         if missing:
             raise ValueError(f"steps.toml: [{where}] missing {', '.join(missing)}")
-    return TrainingPatterns(_any_of(training["backward"]), _any_of(training["optimizer"]), tuple(tiles["patterns"]),
-                            tiles["skinny"], int(tiles["small_max"]), int(tiles["skinny_max"]), int(tiles["large_min"]))
+    return TrainingPatterns(
+        _any_of(training["backward"]), _any_of(training["optimizer"]), _any_of(training["optimizer_weak"]),
+        loop["forward"], loop["loss"], _any_of([loop["backward"], *loop["grad_sync"]]), loop["optimizer"],
+        tuple(tiles["patterns"]), tiles["skinny"], int(tiles["small_max"]), int(tiles["skinny_max"]),
+        int(tiles["large_min"]))
 
 
 def load_grammars() -> list[StepGrammar]:
@@ -106,6 +118,15 @@ def gemm_tile_parameters(patterns: TrainingPatterns) -> dict:
             "small_max": patterns.small_max, "skinny_max": patterns.skinny_max, "large_min": patterns.large_min}
 
 
+def range_role_parameters(patterns: TrainingPatterns) -> dict:
+    """The parameters of steps.sql's range_roles section, which gives each distinct host range name its training
+    role (tests run it alone)."""
+    return {"backward": patterns.backward, "optimizer": patterns.optimizer, "optimizer_weak": patterns.optimizer_weak,
+            "loop_forward": patterns.loop_forward, "loop_loss": patterns.loop_loss,
+            "loop_backward": patterns.loop_backward, "loop_optimizer": patterns.loop_optimizer,
+            "annotation_kinds": list(ANNOTATION_KINDS)}
+
+
 def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None, gap_ns: int = DEFAULT_GAP_NS,
                   phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
     """Build `steps`, `kernel_steps` and `memop_steps` (the step each kernel and memop belongs to).
@@ -121,14 +142,15 @@ def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = No
         with db.values_table(con, "_modes", {"mode": "VARCHAR", "phase": "VARCHAR"}, list(grammar.modes.items())):
             STEPS.run(con, "grammar", pattern=grammar.pattern, groups=list(grammar.groups), grammar=grammar.name,
                       confidence=grammar.confidence, annotation_kinds=list(ANNOTATION_KINDS))
-    STEPS.run(con, "work", gap=gap_ns, head=PATTERN_KERNELS, memop_columns=list(db.contract_columns("memops")))
     patterns = load_training_patterns()
+    STEPS.run(con, "range_roles", **range_role_parameters(patterns))
+    STEPS.run(con, "work", gap=gap_ns, head=PATTERN_KERNELS, memop_columns=list(db.contract_columns("memops")))
     # the tile each distinct GEMM name states, as a SELECT of its own (tests run it alone), kept in `_gemm_tiles`
     tiles = STEPS.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))
     user_patterns = list(phase_kernels)  # (phase, kernel-name regex) from --phase-kernel
     with db.values_table(con, "_gemm_tiles", {"name": "VARCHAR", "tile": "VARCHAR"}, tiles), \
          db.values_table(con, "_phase_kernel_patterns", {"phase": "VARCHAR", "pattern": "VARCHAR"}, user_patterns):
-        STEPS.run(con, "steps", backward=patterns.backward, optimizer=patterns.optimizer)
+        STEPS.run(con, "steps")
     STEPS.run(con, "cleanup")
 
 

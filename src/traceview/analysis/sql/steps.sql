@@ -4,28 +4,31 @@
 -- requires: kernels, memops, api_calls, ranges, kernel_name_labels, labelled_kernels, op_costs
 -- creates: kernel_steps, memop_steps, steps
 --
--- A step is a host-side window (`_step_windows`), taken from the first source that gives a rank any: the
--- user's --step-regex (section user_regex), an engine's step annotation (section grammar, run once per
--- grammar of analysis/steps.toml in file order), an `execute_model` Python frame, a ProfilerStep; nested
--- windows keep the outermost; with none of these, a burst of GPU work between idle gaps where such bursts
--- repeat a kernel pattern (else the rank's GPU work is one window). The GPU work of a step is what its
--- launches caused (joined on correlation id). The interval facts (bursts, training-role islands, busy time)
--- are analysis/intervals.py's busy_islands_sql and busy_time_sql, invoked here as the busy_islands and busy_time
--- macros that the loader expands into those helpers' text: `prev_end_ns` is the latest end among the intervals
--- of a key that start before this one.
+-- A step is a host-side window (`_step_windows`), taken from the first source that gives a rank any: the user's
+-- --step-regex (section user_regex), an engine's step annotation (section grammar, run once per grammar of
+-- analysis/steps.toml in file order), an `execute_model` Python frame, a ProfilerStep, a training loop's NVTX/user
+-- ranges (each outermost forward range opens one); nested windows keep the outermost; with none of these, a burst of
+-- GPU work between idle gaps where such bursts repeat a kernel pattern (else the rank's GPU work is one window). The
+-- GPU work of a step is what its launches caused (joined on correlation id). Its phase: an engine's step annotation
+-- (confidence 1.0, or token counts) first, then training evidence (backward work, a strong optimizer range; weak
+-- optimizer evidence only beside those), then weaker inference evidence. The interval facts (bursts, training-role
+-- islands, busy time) are analysis/intervals.py's busy_islands_sql and busy_time_sql, invoked here as the
+-- busy_islands and busy_time macros that the loader expands into those helpers' text: `prev_end_ns` is the latest end
+-- among the intervals of a key that start before this one.
 
 -- section: windows
 CREATE OR REPLACE TEMP TABLE _step_windows (
     rank INTEGER, pid BIGINT, tid BIGINT, start_ns BIGINT, end_ns BIGINT, name VARCHAR,
     source VARCHAR, phase VARCHAR, confidence DOUBLE, prefill_requests BIGINT,
     prefill_tokens BIGINT, decode_requests BIGINT, decode_tokens BIGINT,
-    prefill_context_tokens BIGINT, decode_context_tokens BIGINT
+    prefill_context_tokens BIGINT, decode_context_tokens BIGINT, counts_tokens BOOLEAN
 );
 
 -- The rows of the relation `source_name` (rank, pid, tid, start_ns, end_ns, name) whose name matches a step
 -- grammar, with the phase and token counts its capture groups give: `grammar_groups` names the pattern's
 -- capture groups in order (a count the grammar does not capture is NULL), `_modes` maps a captured mode to
--- its phase. The caller binds the grammar's values, so its pattern is a constant (compiled once).
+-- its phase; `counts_tokens` says whether the name states token counts. The caller binds the grammar's values, so
+-- its pattern is a constant (compiled once).
 CREATE OR REPLACE TEMP MACRO _grammar_windows(source_name, grammar_pattern, grammar_groups, grammar_name,
                                               grammar_confidence) AS TABLE
 WITH matched AS (
@@ -58,12 +61,13 @@ SELECT rank, pid, tid, start_ns, end_ns, name, 'annotation:' || grammar_name AS 
        -- a generation request makes one token per step when the annotation counts only requests
        coalesce(dt, CASE WHEN phase = 'decode' THEN coalesce(tk, dr) END,
                 CASE WHEN phase = 'prefill' THEN 0 END) AS decode_tokens,
-       pc AS prefill_context_tokens, dc AS decode_context_tokens
+       pc AS prefill_context_tokens, dc AS decode_context_tokens,
+       pt IS NOT NULL OR dt IS NOT NULL OR tk IS NOT NULL AS counts_tokens
 FROM labelled;
 
 -- section: user_regex
 INSERT INTO _step_windows
-SELECT rank, pid, tid, start_ns, end_ns, name, 'user_regex', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT rank, pid, tid, start_ns, end_ns, name, 'user_regex', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM ranges
 WHERE kind <> 'gpu_user_annotation' AND regexp_matches(name, $regex)
   AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
@@ -82,7 +86,8 @@ SELECT * FROM _grammar_windows('grammar_input', $pattern, $groups, $grammar, $co
 UPDATE _step_windows w SET phase = g.phase, confidence = g.confidence,
        prefill_requests = g.prefill_requests, prefill_tokens = g.prefill_tokens,
        decode_requests = g.decode_requests, decode_tokens = g.decode_tokens,
-       prefill_context_tokens = g.prefill_context_tokens, decode_context_tokens = g.decode_context_tokens
+       prefill_context_tokens = g.prefill_context_tokens, decode_context_tokens = g.decode_context_tokens,
+       counts_tokens = g.counts_tokens
 FROM (
     WITH grammar_input AS (SELECT * FROM _step_windows WHERE phase IS NULL AND source = 'user_regex')
     SELECT * FROM _grammar_windows('grammar_input', $pattern, $groups, $grammar, $confidence)
@@ -90,15 +95,84 @@ FROM (
 WHERE w.phase IS NULL AND w.source = 'user_regex' AND w.rank = g.rank AND w.pid = g.pid
   AND w.tid = g.tid AND w.start_ns = g.start_ns AND w.end_ns = g.end_ns AND w.name = g.name;
 
+-- section: range_roles
+-- The training role of each distinct host range name and kind (the regexes run once per name, not once per range):
+-- $backward, $optimizer (strong) and $optimizer_weak (steps.toml [training]) on every host range, and the training
+-- loop's phase words (steps.toml [training_loop]: $loop_forward, $loop_loss, $loop_backward for backward words and
+-- gradient all-reduces, $loop_optimizer for optimizer and zero_grad words) on annotations ($annotation_kinds) only.
+-- A name that names two of the loop's roles (forward, backward, optimizer: "forward-backward") names none; a loss
+-- word beside a backward word is the backward call ("loss.backward").
+CREATE OR REPLACE TEMP TABLE _range_roles AS
+WITH matched AS (
+    SELECT name, kind, regexp_matches(name, $backward) AS op_backward, regexp_matches(name, $optimizer) AS op_optimizer,
+           regexp_matches(name, $optimizer_weak) AS optimizer_weak,
+           list_contains($annotation_kinds, kind) AND regexp_matches(name, $loop_forward) AS w_forward,
+           list_contains($annotation_kinds, kind) AND regexp_matches(name, $loop_loss) AS w_loss,
+           list_contains($annotation_kinds, kind) AND regexp_matches(name, $loop_backward) AS w_backward,
+           list_contains($annotation_kinds, kind) AND regexp_matches(name, $loop_optimizer) AS w_optimizer
+    FROM (SELECT DISTINCT name, kind FROM ranges WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx', 'python_function'))
+),
+looped AS (  -- the one loop role the name's words name, NULL for none or several
+    SELECT *, CASE WHEN (w_forward OR (w_loss AND NOT w_backward))::INT + w_backward::INT + w_optimizer::INT = 1
+                   THEN CASE WHEN w_backward THEN 'backward' WHEN w_optimizer THEN 'optimizer' ELSE 'forward' END
+              END AS loop_role
+    FROM matched
+)
+SELECT name, kind,
+       op_backward OR loop_role IS NOT DISTINCT FROM 'backward' AS backward,
+       op_optimizer OR loop_role IS NOT DISTINCT FROM 'optimizer' AS optimizer,
+       optimizer_weak,
+       NOT op_backward AND NOT op_optimizer AND loop_role IS NOT DISTINCT FROM 'forward' AS forward,
+       NOT op_backward AND NOT op_optimizer AND loop_role IS NOT DISTINCT FROM 'forward' AND w_forward AS iteration_start
+FROM looped
+WHERE op_backward OR op_optimizer OR optimizer_weak OR loop_role IS NOT NULL;
+
 -- section: work
 INSERT INTO _step_windows
-SELECT rank, pid, tid, start_ns, end_ns, name, 'execute_model', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT rank, pid, tid, start_ns, end_ns, name, 'execute_model', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM ranges WHERE (kind = 'python_function' AND name GLOB '*: execute_model')
   AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
 
 INSERT INTO _step_windows
-SELECT rank, pid, tid, start_ns, end_ns, name, 'profiler_step', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT rank, pid, tid, start_ns, end_ns, name, 'profiler_step', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM ranges WHERE (kind = 'profiler_step') AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
+
+-- A training loop with no step marker: on a rank with no window yet, each outermost forward range of a thread
+-- (a name with a forward word: `_range_roles.iteration_start`) opens a step that runs to the next one's start, the
+-- last to the latest end among its process's training ranges that start in it. Only on a thread with at least
+-- two, in a process that also has backward or optimizer ranges: forward ranges alone are an inference loop, left
+-- to the fallback below. Gradient accumulation's micro-batches are a step each (each runs a forward).
+INSERT INTO _step_windows
+WITH role_ranges AS (
+    SELECT r.rank, r.pid, r.tid, r.start_ns, r.end_ns, r.name, n.backward, n.optimizer, n.iteration_start
+    FROM (SELECT * FROM ranges WHERE rank NOT IN (SELECT DISTINCT rank FROM _step_windows)) r
+    JOIN _range_roles n USING (name, kind)
+),
+forwards AS (SELECT rank, pid, tid, start_ns, end_ns, name FROM role_ranges WHERE iteration_start),
+training_processes AS (SELECT DISTINCT rank, pid FROM role_ranges WHERE backward OR optimizer),
+opened AS (  -- the outermost forward ranges: busy_islands_sql of them keyed by thread
+    busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM forwards), (rank, pid, tid))
+),
+cycles AS (
+    SELECT o.rank, o.pid, o.tid, o.lo, lead(o.lo) OVER (PARTITION BY o.rank, o.pid, o.tid ORDER BY o.lo) AS next_lo,
+           count(*) OVER (PARTITION BY o.rank, o.pid, o.tid) AS cycles
+    FROM opened o SEMI JOIN training_processes USING (rank, pid)
+),
+named AS (  -- the outermost range's name (the longest of those that open the island)
+    SELECT c.rank, c.pid, c.tid, c.lo, any_value(c.next_lo) AS next_lo, arg_max(f.name, f.end_ns) AS name
+    FROM cycles c JOIN forwards f ON f.rank = c.rank AND f.pid = c.pid AND f.tid = c.tid AND f.start_ns = c.lo
+    WHERE c.cycles > 1
+    GROUP BY ALL
+),
+last_ends AS (
+    SELECT n.rank, n.pid, n.tid, max(r.end_ns) AS hi
+    FROM named n JOIN role_ranges r ON r.rank = n.rank AND r.pid = n.pid AND r.start_ns >= n.lo
+    WHERE n.next_lo IS NULL
+    GROUP BY ALL
+)
+SELECT n.rank, n.pid, n.tid, n.lo, coalesce(n.next_lo, l.hi), n.name, 'training_loop',
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM named n LEFT JOIN last_ends l USING (rank, pid, tid);
 
 -- Drop windows nested in another window of the same thread (a step annotated twice).
 DELETE FROM _step_windows w
@@ -144,10 +218,10 @@ INSERT INTO _step_windows
 -- an iteration is its burst and the idle gap after it, up to the next burst: the host time between
 -- bursts is part of every iteration's cycle (the last burst ends with its work)
 SELECT b.rank, NULL, NULL, b.lo, coalesce(lead(b.lo) OVER (PARTITION BY b.rank ORDER BY b.lo), b.hi),
-       'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       'gpu burst', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM _gap_bursts b JOIN _gap_ranks r USING (rank) WHERE r.split
 UNION ALL
-SELECT rank, NULL, NULL, lo, hi, 'gpu span', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT rank, NULL, NULL, lo, hi, 'gpu span', 'gpu_gap', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM _gap_ranks WHERE NOT split;
 
 INSERT INTO diagnostics
@@ -304,24 +378,20 @@ FROM labelled_kernels k JOIN kernel_steps s USING (rank, kernel_id)
 LEFT JOIN _gemm_tiles t USING (name)  -- the token-side tile, read once per distinct GEMM kernel name
 WHERE s.step_id IS NOT NULL;
 
--- Every kernel and memop of a step with its training role: backward, optimizer or other. A launch is backward
--- or optimizer work when its call runs inside such a range on the same thread (the autograd engine records each
--- node it runs; torch.optim records step and zero_grad), or, for the optimizer, when it is an optimizer kernel
--- ($backward and $optimizer: steps.toml [training]). A thread most of whose launches are backward work is the
--- autograd engine's device thread, so its remaining launches (a 2021-era trace's adds with no enclosing node
--- range) are backward too. Optimizer wins over backward (optimizer-in-backward hooks).
+-- Every kernel and memop of a step with its training role: backward, optimizer or other. A launch is backward,
+-- optimizer or forward work when its call runs inside such a range on the same thread (`_range_roles`: the autograd
+-- engine records each node it runs, torch.optim records step and zero_grad, a training loop's NVTX ranges name its
+-- phases). A strong optimizer range wins over backward (optimizer-in-backward hooks), and backward over forward
+-- (a checkpointed forward recomputed in backward). Weak optimizer evidence, a multi-tensor or fused optimizer op
+-- or an optimizer kernel, is optimizer work outside forward ranges, and only in a step that has backward work or a
+-- strong optimizer range (on any thread of the rank: work inside one, or an island of such ranges starting in the
+-- step's window); elsewhere it is ordinary work (a serving engine's `aten::_foreach_copy_` of graph inputs). A
+-- thread most of whose launches are backward work is the autograd engine's device thread, so its remaining
+-- launches outside forward ranges (a 2021-era trace's adds with no enclosing node range) are backward too.
 CREATE OR REPLACE TEMP TABLE _step_work AS
-WITH host_ranges AS (
-    SELECT * FROM ranges WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx', 'python_function')
-),
-roles AS (  -- the regexes run once per distinct range name, not once per range
-    SELECT name, regexp_matches(name, $backward) AS backward, regexp_matches(name, $optimizer) AS optimizer
-    FROM (SELECT DISTINCT name FROM host_ranges)
-),
-marks AS (
-    SELECT r.rank, r.pid, r.tid, r.start_ns, r.end_ns, n.backward, n.optimizer
-    FROM host_ranges r JOIN roles n USING (name)
-    WHERE n.backward OR n.optimizer
+WITH marks AS (
+    SELECT r.rank, r.pid, r.tid, r.start_ns, r.end_ns, n.backward, n.optimizer, n.optimizer_weak, n.forward
+    FROM ranges r JOIN _range_roles n USING (name, kind)
 ),
 memop_calls AS (  -- the calls of the steps' memops only: grouping every API call costs as much as the rest
     SELECT a.rank, a.pid, a.correlation_id, any_value(a.tid) AS tid, min(a.start_ns) AS call_ns
@@ -338,8 +408,8 @@ work AS (
     FROM _phase_memops m LEFT JOIN memop_calls c
       ON c.rank = m.rank AND c.pid = m.pid AND c.correlation_id = m.correlation_id
 ),
--- a call is inside some backward (optimizer) range iff it is inside the union of those ranges on
--- its thread: the union's islands are disjoint, so an ASOF join finds the only candidate
+-- a call is inside some backward (optimizer, weak optimizer, forward) range iff it is inside the union of those
+-- ranges on its thread: the union's islands are disjoint, so an ASOF join finds the only candidate
 -- (busy_islands_sql of the marks keyed by thread)
 backward_islands AS (
     busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE backward), (rank, pid, tid))
@@ -347,47 +417,69 @@ backward_islands AS (
 optimizer_islands AS (
     busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE optimizer), (rank, pid, tid))
 ),
+weak_islands AS (
+    busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE optimizer_weak), (rank, pid, tid))
+),
+forward_islands AS (
+    busy_islands!((SELECT rank, pid, tid, start_ns, end_ns FROM marks WHERE forward), (rank, pid, tid))
+),
 marked_threads AS (SELECT DISTINCT rank, pid, tid FROM marks),
 enclosed AS (
-    -- only work launched from a thread with such ranges is looked up (an inference trace has none)
-    SELECT w.*, coalesce(b.hi >= w.call_ns, FALSE) AS in_backward, coalesce(o.hi >= w.call_ns, FALSE) AS in_optimizer
+    -- only work launched from a thread with such ranges is looked up (an inference trace has few)
+    SELECT w.*, coalesce(b.hi >= w.call_ns, FALSE) AS in_backward, coalesce(o.hi >= w.call_ns, FALSE) AS in_optimizer,
+           coalesce(p.hi >= w.call_ns, FALSE) AS in_weak, coalesce(f.hi >= w.call_ns, FALSE) AS in_forward
     FROM (SELECT * FROM work SEMI JOIN marked_threads USING (rank, pid, tid)) w
     ASOF LEFT JOIN backward_islands b ON b.rank = w.rank AND b.pid = w.pid AND b.tid = w.tid AND b.lo <= w.call_ns
     ASOF LEFT JOIN optimizer_islands o ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.lo <= w.call_ns
+    ASOF LEFT JOIN weak_islands p ON p.rank = w.rank AND p.pid = w.pid AND p.tid = w.tid AND p.lo <= w.call_ns
+    ASOF LEFT JOIN forward_islands f ON f.rank = w.rank AND f.pid = w.pid AND f.tid = w.tid AND f.lo <= w.call_ns
     UNION ALL
-    SELECT *, FALSE, FALSE FROM work ANTI JOIN marked_threads USING (rank, pid, tid)
+    SELECT *, FALSE, FALSE, FALSE, FALSE FROM work ANTI JOIN marked_threads USING (rank, pid, tid)
+),
+training_steps AS (  -- steps where weak optimizer evidence counts
+    SELECT DISTINCT rank, step_id FROM enclosed WHERE in_backward OR in_optimizer
+    UNION
+    SELECT w.rank, w.step_id
+    FROM (SELECT rank, lo FROM backward_islands UNION ALL SELECT rank, lo FROM optimizer_islands) i
+    ASOF JOIN _numbered_windows w ON w.rank = i.rank AND i.lo >= w.start_ns
+    WHERE i.lo < w.end_ns
 ),
 autograd_threads AS (
     SELECT rank, pid, tid FROM enclosed WHERE tid IS NOT NULL
     GROUP BY ALL HAVING 2 * count(*) FILTER (WHERE in_backward) > count(*)
 )
 SELECT e.rank, e.step_id, e.work, e.start_ns, e.end_ns,
-       CASE WHEN e.in_optimizer OR e.optimizer_kernel THEN 'optimizer'
-            WHEN e.in_backward OR t.tid IS NOT NULL THEN 'backward'
+       CASE WHEN e.in_optimizer THEN 'optimizer'
+            WHEN (e.in_weak OR e.optimizer_kernel) AND NOT e.in_forward AND s.step_id IS NOT NULL THEN 'optimizer'
+            WHEN e.in_backward THEN 'backward'
+            WHEN e.in_forward THEN 'other'
+            WHEN t.tid IS NOT NULL THEN 'backward'
             ELSE 'other' END AS train_role
-FROM enclosed e LEFT JOIN autograd_threads t
-  ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid;
+FROM enclosed e
+LEFT JOIN autograd_threads t ON t.rank = e.rank AND t.pid = e.pid AND t.tid = e.tid
+LEFT JOIN training_steps s ON s.rank = e.rank AND s.step_id = e.step_id;
 
--- The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens. Steps that run
--- both a decode-only and a prefill-only attention kernel are not called mixed from the kernel names: unified
--- backends (vLLM's ROCm chunked_prefill_paged_decode) launch their paged decode kernel in every step. Mixed
--- needs many-token GEMMs (tiles, or GEMM time well above the trace's decode steps) and decode attention doing
--- decode-step work; else the phase the evidence supports, at a lower confidence. The user's kernel-name
--- patterns (`--phase-kernel decode=REGEX`) are the rows of `_phase_kernel_patterns` (phase, pattern).
+-- The contract `steps` table: one row per step with its phase, evidence, GPU time and tokens. Steps that run both a
+-- decode-only and a prefill-only attention kernel are not called mixed from the kernel names: unified backends
+-- (vLLM's ROCm chunked_prefill_paged_decode) launch their paged decode kernel in every step. Mixed needs many-token
+-- GEMMs (tiles, or GEMM time well above the trace's decode steps) and decode attention doing decode-step work; else
+-- the phase the evidence supports, at a lower confidence. The user's kernel-name patterns (`--phase-kernel
+-- decode=REGEX`) are the rows of `_phase_kernel_patterns` (phase, pattern).
 -- table steps: one row per step
 --   rank: trace rank
 --   step_id: step number within the rank, in time order from 0
 --   phase: train, prefill, decode, mixed, empty or unknown (above)
---   phase_source: evidence that decided the phase: `training:backward`, `training:optimizer`,
---     `training:backward+optimizer`, `annotation:<grammar>`, `no_gpu_work`, `user_mapping` (`--phase-kernel`; both
---     phases matched → mixed), `input_shapes` (linear inputs `[B, S, H]`: S = 1 decode, S > 1 prefill),
---     `attention_kernels` (phase-only attention kernels), `attention_kernels+decode_work`,
+--   phase_source: evidence that decided the phase, strongest first: `annotation:<grammar>` (an engine's step
+--     annotation with confidence 1.0 or token counts), `training:backward`, `training:optimizer`,
+--     `training:backward+optimizer`, `annotation:<grammar>` (a less certain grammar), `no_gpu_work`, `user_mapping`
+--     (`--phase-kernel`; both phases matched → mixed), `input_shapes` (linear inputs `[B, S, H]`: S = 1 decode,
+--     S > 1 prefill), `attention_kernels` (phase-only attention kernels), `attention_kernels+decode_work`,
 --     `attention_kernels+gemm_tiles`, `attention_kernels+gemm_time` (both attention flavours, settled by GEMMs),
 --     `cuda_graph` (graph replays, next to eager steps), `eager_vs_graph` (an eager step in a trace whose other
 --     steps replay graphs), `no_evidence`
---   confidence: 1.0 annotation or no GPU work; 0.95 backward; 0.9 user mapping; 0.85 optimizer alone; 0.8 shapes,
---     phase-only attention; 0.7 graph vs eager; 0.6 graphs alone, or both attention flavours settled by GEMMs (0.5
---     decode from tiles, 0.4 by the prefill kernel alone); 0 unknown
+--   confidence: 1.0 engine annotation or no GPU work; 0.95 backward; 0.9 user mapping; 0.85 optimizer alone; 0.8
+--     shapes, phase-only attention; 0.7 graph vs eager; 0.6 graphs alone, or both attention flavours settled by GEMMs
+--     (0.5 decode from tiles, 0.4 by the prefill kernel alone); 0 unknown
 --   start_ns: the step from the earliest of its window and GPU work
 --   end_ns: ... to the latest
 --   gpu_time_ns: GPU busy time of the step: the union of its kernels' and memops' intervals (overlaps counted once)
@@ -399,23 +491,24 @@ FROM enclosed e LEFT JOIN autograd_threads t
 --   prefill_context_tokens: Σ prefill context lengths including the new tokens (vLLM detailed annotation `sk`)
 --   decode_context_tokens: Σ decode context lengths including the new tokens
 --   name: the window's range name
---   step_source: where the window came from: `user_regex`, `annotation:<grammar>`, `execute_model`,
---     `profiler_step`, `gpu_gap` (no step marker: a burst of GPU work and the idle gap after it, up to the next
---     burst, named `gpu burst`, where the rank's bursts repeat a kernel pattern; otherwise the rank's whole GPU
---     span as one window, named `gpu span`, with a `gap_steps_not_repeating` diagnostic)
+--   step_source: where the window came from: `user_regex`, `annotation:<grammar>`, `execute_model`, `profiler_step`,
+--     `training_loop` (no step marker, but a training loop's NVTX/user ranges: each outermost forward range opens a
+--     step, named after it), `gpu_gap` (no step marker: a burst of GPU work and the idle gap after it, up to the next
+--     burst, named `gpu burst`, where the rank's bursts repeat a kernel pattern; otherwise the rank's whole GPU span
+--     as one window, named `gpu span`, with a `gap_steps_not_repeating` diagnostic)
 --   cpu_start_ns: the host window's start
 --   cpu_end_ns: the host window's end
 --   gpu_start_ns: first start of the step's GPU work
 --   gpu_end_ns: last end of the step's GPU work
 --   graph_kernels: kernels replayed from CUDA/HIP graphs
 --   memops: memcpys and memsets the step issued
---   train_forward_ns: train steps with known backward: busy time of the rest (forward, loss, input copies; an
---     optimizer with neither annotation nor optimizer kernels counts here); NULL otherwise. The three overlap
---     where streams run concurrently, so they can sum above `gpu_time_ns`
---   train_backward_ns: train steps: GPU busy time of the backward work; NULL when no launch was attributed to
---     backward
+--   train_forward_ns: train steps with known backward: busy time of the rest (forward and loss ranges, input copies;
+--     an optimizer with neither an optimizer range nor weak optimizer evidence counts here); NULL otherwise. The
+--     three overlap where streams run concurrently, so they can sum above `gpu_time_ns`
+--   train_backward_ns: train steps: GPU busy time of the backward work (gradient all-reduce ranges included); NULL
+--     when no launch was attributed to backward
 --   train_optimizer_ns: train steps: GPU busy time of the optimizer work; NULL when nothing marks it (no
---     annotation, no optimizer kernel)
+--     optimizer range, no weak optimizer evidence in a training step)
 CREATE OR REPLACE TABLE steps AS
 WITH work AS (
     SELECT k.rank, k.step_id, count(*) AS kernels, min(k.start_ns) AS gpu_start_ns, max(k.end_ns) AS gpu_end_ns,
@@ -509,6 +602,9 @@ rank_shape AS (
 decided AS (
     SELECT j.*,
         CASE
+            -- an engine's own account of the step (a sure grammar, or token counts) outranks op-name heuristics
+            WHEN j.phase IS NOT NULL AND (j.confidence = 1.0 OR j.counts_tokens)
+                THEN struct_pack(p := j.phase, s := j.source, c := j.confidence)
             WHEN j.backward_work > 0 AND j.optimizer_work > 0
                 THEN struct_pack(p := 'train', s := 'training:backward+optimizer', c := 0.95)
             WHEN j.backward_work > 0 THEN struct_pack(p := 'train', s := 'training:backward', c := 0.95)
@@ -588,5 +684,7 @@ DROP TABLE IF EXISTS _step_work;
 DROP TABLE IF EXISTS _phase_kernels;
 
 DROP TABLE IF EXISTS _phase_memops;
+
+DROP TABLE IF EXISTS _range_roles;
 
 DROP MACRO TABLE IF EXISTS _grammar_windows;
