@@ -76,3 +76,34 @@ def cold_then_steady() -> TraceSpec:
 def single_cold_iteration() -> TraceSpec:
     """Only the cold step: no steady state, 28 ms of one-time work in a 32 ms step."""
     return _training(1)
+
+
+# A test binary's one run, nvFuser-like: it fills its inputs on the GPU (one 100 us kernel at 1 ms), then the
+# host compiles the fusion for 400 ms (a range `FusionExecutorCache::compileFusion` with a nested
+# `Nvrtc::CompileProgram`) before launching it, and a Torch-Compiled Region range (a compiled module running,
+# not compiling) wraps those launches. The GPU waits about 401 ms between its first two kernels: start-up, which
+# no finding may price.
+COMPILE_START, COMPILE_NS = 2 * MS, 400 * MS
+JIT_KERNELS = 8
+FILL = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>(int, float*)"
+
+
+def jit_compiled_single_run() -> TraceSpec:
+    """One GPU window after a 400 ms compile range: an initialisation step, nothing steady."""
+    kernels, ranges = [], [
+        Range("FusionExecutorCache::compileFusion", COMPILE_START, COMPILE_START + COMPILE_NS, pid=PID, tid=PID,
+              kind="user_annotation"),
+        Range("executor_utils::Nvrtc::CompileProgram", COMPILE_START + 10 * MS, COMPILE_START + 390 * MS, pid=PID,
+              tid=PID, kind="user_annotation"),
+    ]
+    kernels.append(Kernel(FILL, 1 * MS, 100 * US, pid=PID, tid=PID, launch_start_ns=1 * MS - 20 * US,
+                          launch_dur_ns=5 * US))
+    at = COMPILE_START + COMPILE_NS + 20 * US
+    ranges.append(Range("Torch-Compiled Region: 0/0", at - 30 * US, at + JIT_KERNELS * 300 * US, pid=PID,
+                        tid=PID, kind="user_annotation"))
+    for _ in range(JIT_KERNELS):
+        kernels.append(Kernel(GEMM, at, 200 * US, pid=PID, tid=PID, launch_start_ns=at - 20 * US,
+                              launch_dur_ns=5 * US))
+        at += 300 * US
+    return TraceSpec(gpus=(A100_80GB,), kernels=tuple(kernels), ranges=tuple(ranges),
+                     process_names={PID: "python"}, thread_names={(PID, PID): "python"})

@@ -35,6 +35,15 @@ INIT_FAMILIES: tuple[tuple[str, str], ...] = (
     # driver and context initialisation
     ("context", r"^(cu|hip)(Init|CtxCreate\w*|DevicePrimaryCtxRetain(_v[0-9]+)?)$"),
 )
+# One-time host work seen as ranges (RE2 on the names of NVTX ranges, user annotations, CPU ops and Python frames).
+INIT_RANGE_FAMILIES: tuple[tuple[str, str], ...] = (
+    # JIT compilation and autotuning: a verb, so a compiled region running ("Torch-Compiled Region",
+    # CompiledFunction) is not one, nor generated code running (fbgemm's *_codegen_* ops), nor asking the compiler
+    # (is_compiling, triton's compiler.py helpers)
+    ("compilation", r"(?i)compile([^dr]|$)|autotun|nvrtc"),
+    # creating communicators: NCCL/RCCL comm init, torch.distributed process groups
+    ("comm_init", r"(?i)^[nr]ccl(Comm)?Init|CommInit(Rank|All)|CommSplit|init_process_group|new_group"),
+)
 BEGIN_CAPTURE = r"StreamBeginCapture"
 END_CAPTURE = r"StreamEndCapture"
 
@@ -54,7 +63,7 @@ STAGE = MODULE.stage(run=lambda con, context: build_steady_state(con))
 
 def build_steady_state(con: duckdb.DuckDBPyConnection) -> None:
     MODULE.run(con, "", begin_capture=BEGIN_CAPTURE, end_capture=END_CAPTURE,
-               **{f"family_{kind}": pattern for kind, pattern in INIT_FAMILIES})
+               **{f"family_{kind}": pattern for kind, pattern in INIT_FAMILIES + INIT_RANGE_FAMILIES})
     _build_step_states(con)
     _build_steady_state(con)
     MODULE.run(con, "done")

@@ -3,12 +3,14 @@
 -- recur), each step's state (steady, warm-up, initialisation) with the reason, and per rank whether the capture
 -- holds a steady state; findings are priced on steady steps only (rules/engine.py reads step_states) and TV104
 -- says when there are none.
--- requires: steps, kernels, api_calls, gpu_activity
+-- requires: steps, kernels, api_calls, ranges, gpu_activity
 -- creates: init_windows, step_states, steady_state
 --
 -- One-time host work is recognised by API family: each family's RE2 regex ($family_module_load,
 -- $family_graph_capture, $family_allocation, $family_context: steady.INIT_FAMILIES) is matched on
--- api_calls.name, which keeps driver suffixes such as _v2; $begin_capture and $end_capture pick the calls
+-- api_calls.name, which keeps driver suffixes such as _v2; one-time host ranges ($family_compilation,
+-- $family_comm_init: steady.INIT_RANGE_FAMILIES) on the names of host ranges (NVTX, user annotations, CPU ops,
+-- Python frames); $begin_capture and $end_capture pick the calls
 -- that open and close a stream capture. step_states and steady_state take the union of init windows per key
 -- (intervals.py's busy_time_sql), so steady.py composes them; their thresholds are parameters there.
 
@@ -19,10 +21,13 @@
 --   kind: module_load (cuModuleLoad*, cuLibraryLoad*, hipModuleLoad*, cuLink*), graph_capture (a stream capture
 --     from its Begin to its EndCapture call, cudaGraphInstantiate*, GraphUpload), allocation (cudaMalloc*,
 --     cuMemAlloc*, cuMemCreate/Map/SetAccess/AddressReserve, pinned host allocations, the hip equivalents),
---     context (cuInit, cuCtxCreate, primary context retain), collective (a communication kernel that does not
+--     context (cuInit, cuCtxCreate, primary context retain), compilation (a host range that compiles or
+--     autotunes: nvFuser compileFusion, Inductor compile_fx, Triton autotuning; not a compiled region running),
+--     comm_init (a range creating communicators: ncclCommInitRank, init_process_group); a range name of these two
+--     that runs in at least half of the rank's steps, and in two or more, recurs and is left out; collective (a communication kernel that does not
 --     recur: its name runs only in the first of several steps of a phase, before the rank's first step, or, a
 --     broadcast, before the rank's first non-communication kernel)
---   name: the API call's name ('<Begin>..<EndCapture>' for a capture, e.g.
+--   name: the API call's or range's name ('<Begin>..<EndCapture>' for a capture, e.g.
 --     'cudaStreamBeginCapture..cudaStreamEndCapture'), or the kernel's short name
 --   side: 'host' (an API call) or 'gpu' (a collective kernel)
 --   pid: process
@@ -42,6 +47,22 @@ calls AS (
     SELECT a.rank, a.pid, a.tid, a.name, f.kind, a.start_ns, a.end_ns
     FROM api_calls a JOIN families f USING (name) WHERE f.kind IS NOT NULL
 ),
+range_families AS (
+    -- host ranges of one-time work, matched once per distinct range name; a Python frame by its function only
+    -- ('path/compiler.py(88): get_specialization' runs no compiler)
+    SELECT name, range_kind, CASE WHEN regexp_matches(subject, $family_compilation) THEN 'compilation'
+                                  WHEN regexp_matches(subject, $family_comm_init) THEN 'comm_init' END AS kind
+    FROM (SELECT name, range_kind,
+                 CASE WHEN range_kind = 'python_function' THEN regexp_extract(name, '\): (.*)$', 1) ELSE name END
+                     AS subject
+          FROM (SELECT DISTINCT name, kind AS range_kind FROM ranges
+                WHERE kind IN ('nvtx', 'user_annotation', 'cpu_op', 'python_function')))
+),
+one_time_ranges AS (
+    SELECT r.rank, r.pid, r.tid, r.name, f.kind, r.start_ns, r.end_ns
+    FROM ranges r JOIN range_families f ON f.name = r.name AND f.range_kind = r.kind
+    WHERE f.kind IS NOT NULL
+),
 capture_ends AS (SELECT * FROM calls WHERE regexp_matches(name, $end_capture)),
 host AS (
     -- a capture lasts from its BeginCapture call to the thread's next EndCapture call
@@ -52,6 +73,8 @@ host AS (
     UNION ALL
     SELECT rank, pid, tid, name, kind, start_ns, end_ns FROM calls
     WHERE NOT regexp_matches(name, $begin_capture) AND NOT regexp_matches(name, $end_capture)
+    UNION ALL
+    SELECT rank, pid, tid, name, kind, start_ns, end_ns FROM one_time_ranges
     UNION ALL  -- an EndCapture with no BeginCapture before it on its thread (capture began before the trace)
     SELECT e.rank, e.pid, e.tid, e.name, e.kind, e.start_ns, e.end_ns FROM capture_ends e
     WHERE NOT EXISTS (SELECT 1 FROM calls b WHERE regexp_matches(b.name, $begin_capture) AND b.rank = e.rank
@@ -61,6 +84,15 @@ host_steps AS (
     SELECT h.*, s.step_id
     FROM host h ASOF LEFT JOIN (SELECT rank, step_id, cpu_start_ns, cpu_end_ns FROM steps) s
       ON s.rank = h.rank AND h.start_ns >= s.cpu_start_ns
+),
+recurring_ranges AS (
+    -- a compile or communicator range whose name runs in at least half of the rank's steps (and in two or more)
+    -- is per-step bookkeeping (a cache's end_compile hook), not one-time work
+    SELECT h.rank, h.name FROM host_steps h
+    JOIN (SELECT rank, count(*) AS steps FROM steps GROUP BY rank) n USING (rank)
+    WHERE h.kind IN ('compilation', 'comm_init') AND h.step_id IS NOT NULL
+    GROUP BY h.rank, h.name, n.steps
+    HAVING count(DISTINCT h.step_id) >= 2 AND 2 * count(DISTINCT h.step_id) >= n.steps
 ),
 phase_steps AS (  -- each step with work: whether it is the first of several of its phase on the rank
     SELECT rank, step_id, step_id = min(step_id) OVER w AND count(*) OVER w > 1 AS first_of_several
@@ -94,6 +126,7 @@ FROM (
     SELECT h.rank, CASE WHEN h.start_ns < s.cpu_end_ns THEN h.step_id END AS step_id, h.kind, h.name,
            'host' AS side, h.pid, h.tid, h.start_ns, h.end_ns
     FROM host_steps h LEFT JOIN steps s ON s.rank = h.rank AND s.step_id = h.step_id
+    WHERE NOT EXISTS (SELECT 1 FROM recurring_ranges r WHERE r.rank = h.rank AND r.name = h.name)
     UNION ALL
     SELECT c.rank, c.step_id, 'collective', c.label, 'gpu', c.pid, c.tid, c.start_ns, c.end_ns
     FROM comm c JOIN one_time_names o USING (rank, name)
