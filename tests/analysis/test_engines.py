@@ -7,6 +7,7 @@ against unions the test sweeps itself from the trace's own memops and kernels.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -117,15 +118,26 @@ def test_engine_figures_of_a_copy_bound_run(copy_bound):
         (4 * fc.KERNEL_NS, fc.COPY_NS, fc.COPY_NS, fc.BATCH_BYTES, at_link)}
 
 
-def test_tv208_prices_overlap_and_the_link_rate_per_step(copy_bound):
+def test_copy_steps_price_three_tiers(copy_bound):
+    """Per step X = C = 40 ms, K = 5 ms, C' = 15,869,141 ns: overlap hides X - (C - K) = 5 ms (= min(X, K)), the
+    link's peak wins min(X, C - C') = 24,130,859 ns, moving less up to all of X."""
+    at_link = round(fc.BATCH_BYTES * 130 / 8192)
+    tiers = copy_bound.sql("SELECT DISTINCT overlap_ns, link_peak_ns, move_less_ns FROM copy_steps").rows()
+    assert tiers == [(4 * fc.KERNEL_NS, fc.COPY_NS - at_link, fc.COPY_NS)]
+
+
+def test_tv208_ranks_by_the_link_peak_when_it_beats_overlap(copy_bound):
     (finding,) = check(copy_bound.con, TV208, RuleConfig()).findings
     kernels, at_link = 4 * fc.KERNEL_NS, round(fc.BATCH_BYTES * 130 / 8192)
-    per_step = fc.COPY_NS - (at_link - kernels)  # 29,130,859
+    per_step = fc.COPY_NS - at_link  # 24,130,859: more than the 5 ms the kernels could hide
     claims = [(c.step_id, c.bucket, c.ns) for c in finding.claims]
     assert claims == [(step, "copy", per_step) for step in range(fc.STEPS)]
     priced = {s for (s,) in copy_bound.con.execute("SELECT step_id FROM step_budget WHERE priced").fetchall()}
     assert finding.estimated_saving_ns == per_step * len(priced & set(range(fc.STEPS)))
+    assert finding.evidence["basis"] == "link_peak"
     assert finding.evidence["overlap_ms"] == pytest.approx(fc.STEPS * kernels / 1e6)
+    assert finding.evidence["link_peak_ms"] == pytest.approx(fc.STEPS * per_step / 1e6)
+    assert finding.evidence["move_less_ms"] == pytest.approx(fc.STEPS * fc.COPY_NS / 1e6)
     assert finding.evidence["saving_ms"] == pytest.approx(fc.STEPS * per_step / 1e6)
     assert "serialised with compute" in finding.message
 
@@ -134,7 +146,71 @@ def test_tv208_is_the_top_finding_of_check(tmp_path):
     path = write_nsys(fc.copy_bound_run(), tmp_path / "t.sqlite")
     findings = json.loads(traceview_cli("check", path, "--step-regex", fc.STEP_REGEX, "--format", "json").stdout)["findings"]
     assert findings[0]["rule"] == "TV208", [(f["rule"], f["estimated_saving_ns"]) for f in findings]
-    assert findings[0]["estimated_saving_ns"] == 10 * (fc.COPY_NS - (round(fc.BATCH_BYTES * 130 / 8192) - 5_000_000))
+    assert findings[0]["estimated_saving_ns"] == 10 * (fc.COPY_NS - round(fc.BATCH_BYTES * 130 / 8192))
+
+
+# ------------------------------------------------------------------ two GPUs, one copy-bound
+
+
+@pytest.fixture(scope="module")
+def two_gpus(tmp_path_factory) -> traceview.Trace:
+    path = write_nsys(fc.copy_bound_two_gpus(), tmp_path_factory.mktemp("two-gpus") / "t.sqlite")
+    return traceview.load(path).analyze(step_regex=fc.STEP_REGEX)
+
+
+def test_pinned_share_is_by_bytes_per_gpu_and_direction(two_gpus):
+    rows = two_gpus.sql("SELECT device_id, direction, bytes, pinned_bytes, pageable_bytes, pinned_pct "
+                        "FROM copy_directions ORDER BY device_id, direction").rows()
+    assert rows == [(0, "HtoD", 23_500_000_000, 23_500_000_000, 0, 100.0),
+                    (1, "DtoD", 10_000_000_000, None, None, None),  # no host side: unknown, not 0 % pinned
+                    (1, "DtoH", 1_000_000_000, 0, 1_000_000_000, 0.0)]
+
+
+def test_a_gpu_copying_940_of_969_ms_is_priced_at_the_link_not_by_its_29_ms_of_kernels(two_gpus):
+    """GPU 0: per step X = C = 94 ms beside K = 2.9 ms; at PCIe 5.0 x16 the 2.35 GB take 2.35e9 x 130 / 8192 =
+    37,292,480.47 ns, so the link's peak wins 94 ms - 37,292,480 = 56,707,520 ns a step, 567.08 ms in all,
+    where overlap could hide only the 29 ms of kernels. GPU 1 (copy-only 5.7 %) is not reported."""
+    (finding,) = check(two_gpus.con, TV208, RuleConfig()).findings
+    at_link = round(fc.GPU0_BYTES * 130 / 8192)
+    per_step = fc.GPU0_COPY_NS - at_link
+    assert (at_link, per_step) == (37_292_480, 56_707_520)
+    assert finding.evidence["device_id"] == 0 and finding.evidence["basis"] == "link_peak"
+    assert [(c.step_id, c.ns) for c in finding.claims] == [(step, per_step) for step in range(fc.STEPS)]
+    assert finding.estimated_saving_ns == fc.STEPS * per_step == 567_075_200
+    assert finding.evidence["overlap_ms"] == pytest.approx(29.0)
+    assert finding.evidence["move_less_ms"] == pytest.approx(940.0)
+    assert "940.0 ms, 97% of its 969.0 ms span" in finding.message
+    assert ("Ranked by the link's peak: 567.1 ms if each step's bytes crossed at 63.0 GB/s; overlap with compute "
+            "instead 29.0 ms (at most the 29.0 ms of kernels beside them); moving less data up to 940.0 ms") in finding.message
+    assert "up to 29" not in finding.message and "up to 22" not in finding.message
+    # pinned copies: the fix checks the link and never advises pinning
+    assert {"direction:h2d", "basis:link_peak", "copies:pinned", "overlap_possible"} <= set(finding.fix_facts)
+    assert "link_bound" not in finding.fix_facts  # 39.7 % of the link
+    assert finding.fix_summary.startswith("pinned copies run far below the link's peak")
+    assert not re.search(r"pin_memory|cudaHostAlloc|cudaMallocHost|hipHostMalloc|\bpin the\b", finding.fix)
+
+
+def test_copies_at_the_link_peak_are_ranked_by_overlap_or_nothing(tmp_path):
+    """Copies at the link's peak win nothing from it: with kernels beside them the finding ranks by overlap
+    (min(X, K) per step), and the fix is to move less data (link_bound)."""
+    peak = 8192e9 / 130
+    copy_ns, kernel_ns, nbytes = 40 * fc.MS, 10 * fc.MS, round(peak * 0.040)  # 40 ms at the peak
+    kernels, memops, ranges = [], [], []
+    for i in range(fc.STEPS):
+        t = fc.START + i * 60 * fc.MS
+        ranges.append(fc._step(i, t - 100_000, t + 60 * fc.MS - 100_000))
+        memops.append(Memop("memcpy", t, copy_ns, nbytes, "HtoD", "Pinned", "Device", pid=fc.PID, tid=fc.PID,
+                            launch_start_ns=t - 90_000, launch_dur_ns=8_000))
+        kernels.append(Kernel(fc.GEMM, t + copy_ns, kernel_ns, pid=fc.PID, tid=fc.PID, launch_start_ns=t - 80_000,
+                              launch_dur_ns=4_000, grid=(132, 1, 1), block=(256, 1, 1)))
+    spec = TraceSpec(gpus=(fc.H100_SXM,), kernels=tuple(kernels), memops=tuple(memops), ranges=tuple(ranges),
+                     process_names={fc.PID: "python"}, thread_names={(fc.PID, fc.PID): "python"})
+    trace = traceview.load(write_nsys(spec, tmp_path / "t.sqlite")).analyze(step_regex=fc.STEP_REGEX)
+    (finding,) = check(trace.con, TV208, RuleConfig()).findings
+    assert finding.evidence["basis"] == "overlap" and finding.evidence["link_peak_ms"] == 0
+    assert [c.ns for c in finding.claims] == [kernel_ns] * fc.STEPS
+    assert {"link_bound", "copies:pinned"} <= set(finding.fix_facts)
+    assert finding.fix_summary.startswith("the copies already run near the link's peak: move less data")
 
 
 @pytest.mark.parametrize("writer", [write_nsys, write_kineto], ids=["nsys", "kineto"])

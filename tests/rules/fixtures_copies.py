@@ -10,6 +10,8 @@ Kineto profiler step, and in the nsys files an NVTX range that `step_regex = "^P
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from traceview.testing import H100_SXM, ApiCall, Kernel, Memop, Range, TraceSpec
 
 PID = 5151
@@ -86,3 +88,46 @@ def prefetched_copies() -> TraceSpec:
                                   launch_dur_ns=2 * US, grid=(132, 1, 1), block=(256, 1, 1)))
         t += compute_ns
     return _spec(kernels, memops, (), ranges)
+
+
+STEP_NS = 96_900_000  # one step of the two-GPU run: its GPU 0 copies 94 ms of every 96.9
+GPU0_COPY_NS, GPU0_BYTES = 94 * MS, 2_350_000_000  # 2.35 GB at 25 GB/s
+GPU0_KERNEL_NS = 1_450 * US  # two per step, after the copy: 2.9 ms of compute
+GPU1_COPY_NS, GPU1_BYTES = 5 * MS, 100_000_000  # DtoH into pageable memory at 20 GB/s
+GPU1_D2D_NS, GPU1_D2D_BYTES = 1 * MS, 1_000_000_000  # under GPU 1's kernels
+GPU1_KERNEL_NS = 1 * MS  # two per step
+
+
+def copy_bound_two_gpus() -> TraceSpec:
+    """One process driving two H100 SXM, ten `ProfilerStep#N` steps of 96.9 ms from t = 5 ms.
+
+    GPU 0 copies 2.35 GB host-to-device from pinned memory at 25 GB/s (94 ms, 39.7 % of PCIe 5.0 x16) and
+    then runs two 1.45 ms kernels: its span is 10 x 96.9 = 969 ms, 940 ms of it copy-only, beside 29 ms of
+    kernels. GPU 1 reads 100 MB back into pageable memory (5 ms, 20 GB/s), then runs two 1 ms kernels with a
+    1 GB device-to-device copy under them (1 ms, 1 TB/s); its span is 9 x 96.9 + 7 = 879.1 ms, copy-only 50 ms
+    (5.7 %). The step's rank-wide copy-only time (no kernel on either GPU) is 94 - 2 = 92 ms, so the budget holds
+    GPU 0's whole claim.
+    Every launch sits inside its step's range, 100 us before the step's GPU work."""
+    kernels, memops, ranges = [], [], []
+    h100_1 = replace(H100_SXM, device_id=1)
+    for i in range(STEPS):
+        t = START + i * STEP_NS
+        ranges.append(_step(i, t - 100 * US, t + STEP_NS - 100 * US))
+        memops.append(Memop("memcpy", t, GPU0_COPY_NS, GPU0_BYTES, "HtoD", "Pinned", "Device", pid=PID, tid=PID,
+                            stream_id=COMPUTE_STREAM, launch_start_ns=t - 90 * US, launch_dur_ns=8 * US))
+        for j in range(2):
+            kernels.append(Kernel(NAMES[j], t + GPU0_COPY_NS + j * GPU0_KERNEL_NS, GPU0_KERNEL_NS, pid=PID, tid=PID,
+                                  stream_id=COMPUTE_STREAM, launch_start_ns=t - 80 * US + j * 5 * US,
+                                  launch_dur_ns=4 * US, grid=(132, 1, 1), block=(256, 1, 1)))
+        memops.append(Memop("memcpy", t, GPU1_COPY_NS, GPU1_BYTES, "DtoH", "Device", "Pageable", pid=PID, tid=PID,
+                            device_id=1, stream_id=SIDE_STREAM, launch_start_ns=t - 60 * US, launch_dur_ns=8 * US))
+        for j in range(2):
+            kernels.append(Kernel(NAMES[2 + j], t + GPU1_COPY_NS + j * GPU1_KERNEL_NS, GPU1_KERNEL_NS, pid=PID,
+                                  tid=PID, device_id=1, stream_id=COMPUTE_STREAM,
+                                  launch_start_ns=t - 50 * US + j * 5 * US, launch_dur_ns=4 * US,
+                                  grid=(132, 1, 1), block=(256, 1, 1)))
+        memops.append(Memop("memcpy", t + GPU1_COPY_NS + 500 * US, GPU1_D2D_NS, GPU1_D2D_BYTES, "DtoD", "Device",
+                            "Device", pid=PID, tid=PID, device_id=1, stream_id=SIDE_STREAM + 1,
+                            launch_start_ns=t - 30 * US, launch_dur_ns=8 * US))
+    return TraceSpec(gpus=(H100_SXM, h100_1), kernels=tuple(kernels), memops=tuple(memops), ranges=tuple(ranges),
+                     process_names={PID: "python"}, thread_names={(PID, PID): "python"})

@@ -1,4 +1,5 @@
-"""Generated two-process DDP runs in one nsys export, for the rank analysis and TV402 (rank skew).
+"""Generated two-process DDP runs in one nsys export, for the rank analysis and TV402 (rank skew); and
+single-rank runs whose collectives imply tensor, data or pipeline parallelism (collectives.sql, TV401).
 
 Two training processes, one GPU each, plus a launcher process that makes one CUDA call and no GPU
 work. Every step: a 40 us NCCL broadcast both ranks reach together, four GEMMs, then an NCCL
@@ -15,6 +16,9 @@ All times are ns.
 from __future__ import annotations
 
 from dataclasses import replace
+
+from fixtures_kernels import GEMM as SM90_GEMM
+from fixtures_kernels import _Builder, _decode_name, _prefill_name
 
 from traceview.testing import H100_SXM, ApiCall, Kernel, TraceSpec
 
@@ -63,3 +67,76 @@ def ddp_straggler() -> TraceSpec:
 
 def ddp_balanced() -> TraceSpec:
     return _run({0: 500 * US, 1: 500 * US})
+
+
+# ---- collectives (analysis/sql/collectives.sql, TV401) ---------------------------------------------------------
+# One process, one GPU: the builder of fixtures_kernels (one cpu_op range per launch, vLLM step annotations).
+
+RCCL_GENERIC = "void rccl_ncclDevKernel_Generic_2(ncclDevComm*, unsigned long, ncclWork*)"
+SEND_RECV = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+GRAD_ELEMENTS = 4_194_304  # one bf16 gradient bucket: 8,388,608 bytes
+GRAD_ALL_REDUCE_NS = 150 * US
+
+
+def rccl_generic_serving() -> TraceSpec:
+    """A tensor-parallel serving rank whose all-reduces are RCCL `Generic` kernels (the name says no collective),
+    each launched under a `vllm::all_reduce` op: 1 prefill step of 2 x (GEMM 80 us > all-reduce 30 us) and 3 decode
+    steps of 2 x (GEMM 20 us > all-reduce 8 us), all on one stream. Ground truth: 8 all-reduces, 60,000 ns exposed
+    in prefill and 16,000 ns per decode step, 108,000 ns in all, none of it hideable by overlap."""
+    b = _Builder()
+
+    def prefill(b: _Builder) -> None:
+        for _ in range(2):
+            b.launch(SM90_GEMM, 80 * US, "aten::mm")
+            b.launch(RCCL_GENERIC, 30 * US, "vllm::all_reduce")
+
+    def decode(b: _Builder) -> None:
+        for _ in range(2):
+            b.launch(SM90_GEMM, 20 * US, "aten::mm")
+            b.launch(RCCL_GENERIC, 8 * US, "vllm::all_reduce")
+
+    b.step(_prefill_name(4, 2048), prefill)
+    for _ in range(3):
+        b.step(_decode_name(4), decode)
+    return replace(b.spec(), world_size=4)
+
+
+def ddp_backward_all_reduce() -> TraceSpec:
+    """Data-parallel training, world size 2: 4 `ProfilerStep#N` steps of 2 forward GEMMs (100 us), then backward
+    (an `autograd::engine::evaluate_function: MmBackward0` node around 2 GEMMs of 100 us) and one gradient bucket's
+    all-reduce (8,388,608 bf16 bytes, 150 us on stream 20) launched from the `AccumulateGrad` node under an
+    `nccl:all_reduce` op, starting 50 us into the last backward GEMM: 50,000 ns hidden, 100,000 ns exposed per step.
+    Bus bandwidth: 8,388,608 B / 150 us x 2(2-1)/2 = 55.92 GB/s."""
+    b = _Builder()
+    for step in range(4):
+        start = b.cpu
+        for _ in range(2):
+            b.launch(SM90_GEMM, 100 * US, "aten::mm")
+        backward_start = b.cpu
+        b.launch(SM90_GEMM, 100 * US, "aten::mm")
+        last = b.launch(SM90_GEMM, 100 * US, "aten::mm")
+        b.ranges.append(replace(b.ranges[-1], name="autograd::engine::evaluate_function: MmBackward0",
+                                start_ns=backward_start - 500, end_ns=b.cpu - 500, input_dims=None, input_types=None))
+        node_start = b.cpu
+        b.launch(ALL_REDUCE, GRAD_ALL_REDUCE_NS, "nccl:all_reduce", dims=[[GRAD_ELEMENTS]],
+                 types=["c10::BFloat16"], stream=NCCL_STREAM, at=last + 50 * US)
+        b.ranges.append(replace(b.ranges[-1], name="autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+                                start_ns=node_start - 500, end_ns=b.cpu - 500, input_dims=None, input_types=None))
+        b.cpu = max(b.cpu, *b.streams.values()) + 200 * US
+        b.ranges.append(replace(b.ranges[-1], name=f"ProfilerStep#{step}", kind="user_annotation",
+                                start_ns=start - 1_000, end_ns=b.cpu - 100 * US))
+    return replace(b.spec(), world_size=2)
+
+
+def pipeline_send_recv() -> TraceSpec:
+    """A pipeline stage: 3 serving-style steps, each a GEMM of 50 us then an NCCL SendRecv kernel of 20 us
+    launched under `nccl:send`. Ground truth: 3 send/recv calls, kind from the op, parallelism pipeline."""
+    b = _Builder()
+
+    def step(b: _Builder) -> None:
+        b.launch(SM90_GEMM, 50 * US, "aten::mm")
+        b.launch(SEND_RECV, 20 * US, "nccl:send", stream=NCCL_STREAM)
+
+    for _ in range(3):
+        b.step(_prefill_name(4, 2048), step)
+    return replace(b.spec(), world_size=2)

@@ -136,6 +136,11 @@ ORDER BY a.rank, a.device_id;
 --   pageable_copies: copies whose host side is pageable memory (staged by the driver)
 --   host_kinds: the host-side memory kinds, comma-separated (`Pageable`, `Pinned`, `Managed`, ...); NULL for
 --     device-to-device directions
+--   pinned_bytes: Σ bytes of the pinned copies; NULL when the direction has no host side, or a copy's host memory
+--     kind or size is not recorded
+--   pageable_bytes: Σ bytes of the pageable copies; NULL as pinned_bytes
+--   pinned_pct: 100 * pinned_bytes / bytes: the share of the bytes the copy engines DMA straight from page-locked
+--     memory (Managed and other kinds count as not pinned); NULL as pinned_bytes, or when no byte moved
 --   achieved_bytes_per_s: bytes / busy_ns: what the copies moved per second of wall time; NULL when a copy's size
 --     is not recorded
 --   pct_of_link: 100 * achieved_bytes_per_s / link_bytes_per_s; NULL when either is not known
@@ -154,7 +159,12 @@ WITH counts AS (
            coalesce(sum(dur_ns) FILTER (WHERE on_compute_stream), 0)::BIGINT AS compute_stream_ns,
            count(*) FILTER (WHERE host_kind = 'Pinned') AS pinned_copies,
            count(*) FILTER (WHERE host_kind = 'Pageable') AS pageable_copies,
-           string_agg(DISTINCT host_kind, ', ' ORDER BY host_kind) AS host_kinds
+           string_agg(DISTINCT host_kind, ', ' ORDER BY host_kind) AS host_kinds,
+           -- by bytes, only where every copy's host kind and size are known (a host direction)
+           CASE WHEN count(host_kind) = count(*) AND count(bytes) = count(*)
+                THEN coalesce(sum(bytes) FILTER (WHERE host_kind = 'Pinned'), 0) END::BIGINT AS pinned_bytes,
+           CASE WHEN count(host_kind) = count(*) AND count(bytes) = count(*)
+                THEN coalesce(sum(bytes) FILTER (WHERE host_kind = 'Pageable'), 0) END::BIGINT AS pageable_bytes
     FROM _copies GROUP BY ALL
 ),
 uncovered AS (
@@ -176,6 +186,7 @@ joined AS (
 )
 SELECT j.rank, j.device_id, j.direction, j.copies, j.bytes, j.dur_ns, j.busy_ns, j.copy_only_ns,
        j.compute_stream_copies, j.compute_stream_ns, j.pinned_copies, j.pageable_copies, j.host_kinds,
+       j.pinned_bytes, j.pageable_bytes, 100.0 * j.pinned_bytes / nullif(j.bytes, 0) AS pinned_pct,
        j.bytes * 1e9 / nullif(j.busy_ns, 0) AS achieved_bytes_per_s,
        100.0 * j.bytes * 1e9 / nullif(j.busy_ns, 0) / l.link_bytes_per_s AS pct_of_link,
        l.link, l.link_bytes_per_s,
@@ -246,6 +257,12 @@ ORDER BY j.rank, j.device_id, j.busy_ns DESC, j.direction, j.src_kind, j.dst_kin
 --   copy_at_link_ns: copy_ns if every direction ran at its link's peak: copy_ns scaled by Σ over directions of
 --     min(busy, bytes / peak) over Σ busy; a direction whose bytes or peak is unknown, or that already beats the
 --     peak, keeps its busy time
+--   overlap_ns: the tier `overlap`, what running the copies beside the step's own kernels could hide: with them
+--     overlapped only max(0, copy_ns - kernel_ns) stays exposed, so copy_only_ns less that, 0 where the copies
+--     already run under other steps' kernels that much; never above copy_only_ns nor kernel_ns
+--   link_peak_ns: the tier `link_peak`, what copies at the link's peak would win with nothing else changed:
+--     copy_ns - copy_at_link_ns, at most copy_only_ns (time under kernels shortens nothing); 0 at or past the peak
+--   move_less_ns: the tier `move_less`, the bound of moving less data: the whole copy_only_ns (no copy, no wait)
 CREATE OR REPLACE TABLE copy_steps AS
 WITH by_direction AS (
     -- the union of the copies per step and direction
@@ -292,15 +309,29 @@ step_kernels AS (
                        WHERE (rank, device_id) IN (SELECT rank, device_id FROM _copies)),
                       (rank, device_id, step_id))
     ) GROUP BY ALL
+),
+steps AS (
+    SELECT c.rank, c.device_id, c.step_id, coalesce(k.busy_ns, 0) AS kernel_ns, c.busy_ns AS copy_ns,
+           c.copy_only_ns, s.bytes, round(c.busy_ns * s.at_link_share)::BIGINT AS copy_at_link_ns
+    FROM uncovered c
+    JOIN speedup s ON s.rank IS NOT DISTINCT FROM c.rank AND s.device_id IS NOT DISTINCT FROM c.device_id
+                  AND s.step_id IS NOT DISTINCT FROM c.step_id
+    LEFT JOIN step_kernels k ON k.rank IS NOT DISTINCT FROM c.rank AND k.device_id IS NOT DISTINCT FROM c.device_id
+                            AND k.step_id IS NOT DISTINCT FROM c.step_id
+),
+exposed AS (
+    -- the copy time overlap would leave exposed: what the step's kernels cannot cover
+    SELECT *, CASE WHEN copy_ns > kernel_ns THEN copy_ns - kernel_ns ELSE 0 END AS exposed_overlapped_ns,
+           copy_ns - copy_at_link_ns AS above_link_ns
+    FROM steps
 )
-SELECT c.rank, c.device_id, c.step_id, coalesce(k.busy_ns, 0) AS kernel_ns, c.busy_ns AS copy_ns,
-       c.copy_only_ns, s.bytes, round(c.busy_ns * s.at_link_share)::BIGINT AS copy_at_link_ns
-FROM uncovered c
-JOIN speedup s ON s.rank IS NOT DISTINCT FROM c.rank AND s.device_id IS NOT DISTINCT FROM c.device_id
-              AND s.step_id IS NOT DISTINCT FROM c.step_id
-LEFT JOIN step_kernels k ON k.rank IS NOT DISTINCT FROM c.rank AND k.device_id IS NOT DISTINCT FROM c.device_id
-                        AND k.step_id IS NOT DISTINCT FROM c.step_id
-ORDER BY c.rank, c.device_id, c.step_id NULLS LAST;
+SELECT rank, device_id, step_id, kernel_ns, copy_ns, copy_only_ns, bytes, copy_at_link_ns,
+       (CASE WHEN copy_only_ns > exposed_overlapped_ns THEN copy_only_ns - exposed_overlapped_ns ELSE 0 END)::BIGINT
+           AS overlap_ns,
+       (CASE WHEN above_link_ns < copy_only_ns THEN above_link_ns ELSE copy_only_ns END)::BIGINT AS link_peak_ns,
+       copy_only_ns AS move_less_ns
+FROM exposed
+ORDER BY rank, device_id, step_id NULLS LAST;
 
 DROP TABLE _copies;
 DROP TABLE _copy_links;
