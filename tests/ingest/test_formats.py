@@ -134,18 +134,13 @@ def test_what_the_registry_builds_comes_from_the_declarations(monkeypatch: pytes
             "'kineto' (PyTorch profiler (Kineto)) |") in rows
 
 
-def test_the_report_schema_and_fix_labels_name_every_registered_format() -> None:
+def test_the_report_schema_names_every_registered_format() -> None:
     """READERS is the one list of formats: the report's `trace.format` enum is a static JSON Schema file that
     consumers read as it is, so a test holds it to the registry instead of generating it."""
-    from traceview.report.data import FIX_LABELS
-
     schema = json.loads(resources.files("traceview.report").joinpath("schema.json").read_text())
     names = [reader.name for reader in ingest.READERS]
     assert schema["properties"]["trace"]["properties"]["format"]["enum"] == [*names, None], (
         f"set trace.format's enum in src/traceview/report/schema.json to {[*names, None]}")
-    assert FIX_LABELS == {reader.name: reader.fix_labels for reader in ingest.READERS}
-    assert (nsys.READER.fix_labels, kineto.READER.fix_labels) == (("nsys", "Nsight Systems"),
-                                                                   ("PyTorch profiler", "PyTorch"))
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ class _Builder:
     ranges: list = field(default_factory=list)
 
     def launch(self, name: str, dur: int, op: str, dims: list | None = None, types: list | None = None,
-               stream: int = 7, at: int | None = None) -> int:
+               stream: int = 7, at: int | None = None, values: list | None = None) -> int:
         """Launch one kernel; it starts at `at` when given, else when its stream is free. Returns its start."""
         op_start = self.cpu
         launch_start = self.cpu + 2_000
@@ -99,7 +99,7 @@ class _Builder:
         self.kernels.append(Kernel(name, start, dur, pid=_PID, tid=_PID, stream_id=stream,
                                    launch_start_ns=launch_start, launch_dur_ns=4_000))
         self.ranges.append(Range(op, op_start, launch_end + 1_000, pid=_PID, tid=_PID, kind="cpu_op",
-                                 input_dims=dims, input_types=types))
+                                 input_dims=dims, input_types=types, input_values=values))
         self.cpu = launch_end + 3_000
         return start
 
@@ -239,6 +239,56 @@ def kernels_eager_attention() -> TraceSpec:
 def kernels_flash_attention() -> TraceSpec:
     """The same model with one FlashAttention kernel per layer: nothing to report."""
     return _attention_model(fused=True)
+
+
+# ---- TV305 --------------------------------------------------------------------------------------------------
+
+# one causal attention layer of a training step: batch 1, 4096 tokens, 16 heads of dim 128 ([B, L, H, E])
+_FLASH_SHAPE = [1, 4096, 16, 128]
+# aten::_flash_attention_forward(query, key, value, cum_seq_q, cum_seq_k, max_q, max_k, dropout_p, is_causal, ...)
+_FLASH_VALUES = ["", "", "", "", "", "4096", "4096", "0.", "True", "False"]
+FLASH_CAUSAL_FLOPS = 2 * 1 * 16 * 4096 * 4096 * (128 + 128) // 2  # 68,719,476,736
+
+
+def _training_flash(shapes: bool) -> TraceSpec:
+    b = _Builder()
+
+    def step(b: _Builder) -> None:
+        b.launch(GEMM, 40_000, "aten::mm")
+        if shapes:
+            b.launch(FLASH, 175_000, "aten::_flash_attention_forward", [_FLASH_SHAPE] * 3 + [[]] * 7,
+                     [_BF16] * 3 + ["Scalar"] * 7, values=_FLASH_VALUES)
+        else:
+            b.launch(FLASH, 175_000, "aten::_flash_attention_forward")
+        b.launch(GEMM, 25_000, "aten::mm")
+        for _ in range(2):  # the backward GEMMs, launched by the autograd engine: the steps are training steps
+            b.launch(BMM, 55_000, "autograd::engine::evaluate_function: MmBackward0")
+
+    for index in range(4):
+        b.step(f"ProfilerStep#{index}", step)
+    return b.spec()
+
+
+def kernels_training_flash_uncosted() -> TraceSpec:
+    """4 training steps (ProfilerStep#N, backward GEMMs under autograd), each GEMM 40 us > flash_fwd_kernel
+    175 us > GEMM 25 us > two backward BMMs of 55 us; no op shapes, so nothing is costed.
+
+    Ground truth: kernel time 4 x 350 us = 1,400,000 ns; flash_fwd_kernel 4 x 175,000 = 700,000 ns = 50.00 %
+    (the GEMM family 260,000 ns, 18.57 %; the BMM family 440,000 ns, 31.43 %). Its name states bf16 and the
+    traits <128, 128, 64, 4>: head dim 128, tile 128x64. No saving; at stake: its time in the priced steps.
+    """
+    return _training_flash(shapes=False)
+
+
+def kernels_training_flash_costed() -> TraceSpec:
+    """The same steps with the flash op's shapes recorded: q, k, v [1, 4096, 16, 128] bf16, is_causal True.
+
+    Ground truth: FLOPs 2 * 1 * 16 * 4096 * 4096 * (128 + 128) / 2 = 68,719,476,736 per kernel, 69,455.71 ns at
+    the H100 SXM's 989.4 TFLOP/s bf16 dense peak; bytes q, k, v, o 4 x 16,777,216 = 67,108,864, 20,032.50 ns
+    at 3.35 TB/s: compute-bound, 69,455.71 / 175,000 = 39.69 % of roof. Saving per kernel 175,000 -
+    69,455.71 = 105,544.29 ns, rounded per step 105,544 ns, 422,176 ns over the 4 steps (all priced).
+    """
+    return _training_flash(shapes=True)
 
 
 # ---- TV401 --------------------------------------------------------------------------------------------------

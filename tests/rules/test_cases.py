@@ -19,6 +19,7 @@ import importlib
 
 import traceview
 from conftest import SHARED_TRACES, analysed, built_once
+from traceview.rules.engine import RESERVED_COLUMNS
 from traceview.rules import RuleConfig, check, load_rules
 from traceview.testing import write_kineto, write_nsys
 
@@ -74,7 +75,10 @@ def test_rule_case(rule_id: str, kind: str, case: dict) -> None:
     for fragment in case.get("message_contains", []):
         assert fragment in messages
     for field, expected in case.get("evidence", {}).items():
-        assert findings[0].evidence[field] == pytest.approx(expected), field
+        value = getattr(findings[0], field) if field in RESERVED_COLUMNS else findings[0].evidence[field]
+        assert value == pytest.approx(expected), field
+    if "fix_summary" in case:  # the variant the trace's facts choose
+        assert findings[0].fix_summary == case["fix_summary"], [f.fix_basis for f in findings]
     assert all(f.estimated_saving_ns >= 0 for f in findings)
 
 
@@ -84,4 +88,4 @@ def test_every_rule_has_cases_and_documentation() -> None:
         assert path.exists(), f"{rule_id} has no cases file"
         data = tomllib.loads(path.read_text())
         assert data.get("fires") and data.get("silent"), f"{rule_id} needs a fires and a silent case"
-        assert all(rule.doc.get(key) for key in ("what", "why", "fix", "example")), rule_id
+        assert all(rule.doc.get(key) for key in ("what", "why", "example")) and rule.fixes, rule_id

@@ -35,7 +35,22 @@ help = "the most kernels a trace may launch"
 [doc]
 what = "Counts kernels."
 why = "Budgets."
-fix = "Fuse."
+[[fix]]
+when = ["workload:train", "!cuda_graphs"]
+summary = "fuse the optimizer"
+text = "Use fused=True."
+[[fix]]
+when = ["workload:serving", "cuda_graphs"]
+summary = "capture larger graphs"
+text = "Raise the capture sizes."
+[[fix]]
+when = ["workload:serving"]
+summary = "replay decode from CUDA graphs"
+text = "Drop --enforce-eager."
+[[fix]]
+when = []
+summary = "fuse kernels"
+text = "Fuse."
 '''
 
 
@@ -59,10 +74,17 @@ def test_team_rule_directory_is_picked_up(tmp_path: Path, serving: traceview.Tra
     ("edit", "message"),
     [
         (lambda t: t.replace('severity = "info"', 'severity = "fatal"'), "severity: 'fatal' is not one of"),
-        (lambda t: t.replace('fix = "Fuse."', ""), "doc.fix: missing"),
+        (lambda t: t.split("[[fix]]")[0], "fix: missing"),
+        (lambda t: t.replace('when = []', 'when = ["cuda_graphs"]'), r"fix\[3\].when: the last variant must hold everywhere"),
+        (lambda t: t.replace('"!cuda_graphs"', '"Cuda Graphs"'), r"fix\[0\].when: 'Cuda Graphs' is not a fact"),
+        (lambda t: t.replace('"fuse the optimizer"', '"fuse the optimizer."'), r"fix\[0\].summary: expected one clause"),
+        (lambda t: t.replace('"fuse kernels"', '"' + "x" * 121 + '"'), r"fix\[3\].summary: expected one clause"),
+        (lambda t: t.replace('["workload:serving"]', '["cuda_graphs", "workload:serving"]'), "two variants have the same"),
+        (lambda t: t.replace('why = "Budgets."', 'why = "Budgets."\nfix = "Fuse."'), "doc.fix: moved to"),
         (lambda t: t.replace('id = "ACME001"', 'id = "acme"'), "id: 'acme' is not letters then digits"),
         (lambda t: 'colour = "red"\n' + t, "colour: unknown field"),
-        (lambda t: t + 'colour = "red"\n', "doc.colour: unknown field"),
+        (lambda t: t.replace('why = "Budgets."', 'why = "Budgets."\ncolour = "red"'), "doc.colour: unknown field"),
+        (lambda t: t + 'colour = "red"\n', r"fix\[3\].colour: unknown field"),
         (lambda t: 'phases = ["decode"]\n' + t, "phases: no longer a rule field: filter on steps.phase"),
         (lambda t: t.replace('unit = "kernels"\n', ""), "params.budget.unit: missing"),
         (lambda t: t.replace('requires = ["kernels"]', 'requires = ["kernels.Name!"]'), "requires: 'kernels.Name!'"),
@@ -75,6 +97,22 @@ def test_bad_rule_names_file_and_field(tmp_path: Path, edit, message: str) -> No
     with pytest.raises(TraceviewError, match=message) as info:
         load_rule(path)
     assert str(path) in str(info.value)
+
+
+def test_the_fix_is_the_first_variant_whose_facts_hold(tmp_path: Path, serving: traceview.Trace) -> None:
+    """The generated serving trace replays decode from CUDA graphs: the serving+graphs variant is chosen (not the
+    earlier training one, not the later serving one), and its basis carries trace_facts' evidence."""
+    (tmp_path / "ACME001-too-many-kernels.toml").write_text(TEAM_RULE)
+    facts = dict(serving.con.execute("SELECT fact, evidence FROM trace_facts WHERE rank = 0").fetchall())
+    assert {"workload:serving", "cuda_graphs"} <= set(facts) and "workload:train" not in facts
+    finding, = check(serving.con, load_rules((tmp_path,)), RuleConfig(select=("ACME",))).findings
+    assert (finding.fix_summary, finding.fix) == ("capture larger graphs", "Raise the capture sizes.")
+    assert finding.fix_basis == ({"fact": "workload:serving", "evidence": facts["workload:serving"]},
+                                 {"fact": "cuda_graphs", "evidence": facts["cuda_graphs"]})
+    rule = load_rule(tmp_path / "ACME001-too-many-kernels.toml")
+    assert rule.fix_for(frozenset({"workload:train"})).summary == "fuse the optimizer"
+    assert rule.fix_for(frozenset({"workload:train", "cuda_graphs"})).summary == "fuse kernels"
+    assert rule.fix_for(frozenset()).summary == "fuse kernels"
 
 
 def test_duplicate_rule_id_is_an_error(tmp_path: Path) -> None:
@@ -158,7 +196,7 @@ def test_rules_list_and_explain() -> None:
     listed = json.loads(traceview_cli("rules", "--format", "json").stdout)
     assert {"TV101", "TV301"} <= {r["id"] for r in listed}
     text = traceview_cli("rules", "explain", "TV301").stdout
-    assert "Why it matters:" in text and "How to fix:" in text and "min_share_pct" in text
+    assert "Why it matters:" in text and "How to fix (" in text and "min_share_pct" in text
     missing = traceview_cli("rules", "explain", "TV999")
     assert missing.returncode == 2 and "no rule 'TV999'" in missing.stderr
 
@@ -194,3 +232,39 @@ def test_an_unbalanced_optional_part_is_an_error(template: str) -> None:
 def test_every_shipped_message_template_parses() -> None:
     for rule in load_rules():
         assert message_parts(rule.message), rule.id
+
+
+def _saving_rule(saving_ns: int) -> str:
+    return f'''
+id = "ACME{saving_ns // 1000:03d}"
+name = "fixed-saving"
+title = "A finding with a fixed saving"
+severity = "warning"
+since = "1.0"
+requires = ["kernels"]
+query = "SELECT 0 AS rank, {saving_ns} AS estimated_saving_ns"
+message = "saves {saving_ns} ns"
+[doc]
+what = "A fixed saving."
+why = "To rank against."
+[[fix]]
+when = []
+summary = "nothing"
+text = "Nothing."
+'''
+
+
+def test_an_uncosted_dominant_family_ranks_by_the_time_at_stake(tmp_path: Path) -> None:
+    """flash_fwd holds 50% of the GPU time with no FLOP/byte costs (fixtures_kernels): TV305 states no saving but
+    700 us at stake, ranked as 70 us (a tenth of it): above a finding that saves 60 us, below one that saves 80 us."""
+    import fixtures_kernels
+
+    trace = traceview.load(write_kineto(fixtures_kernels.kernels_training_flash_uncosted(),
+                                        tmp_path / "flash.json.gz")).analyze()
+    for saving in (60_000, 80_000):
+        (tmp_path / f"ACME{saving // 1000:03d}-fixed-saving.toml").write_text(_saving_rule(saving))
+    rules = load_rules((tmp_path,))
+    result = check(trace.con, rules, RuleConfig(select=("TV305", "ACME")))
+    assert [(f.rule, f.estimated_saving_ns, f.at_stake_ns) for f in result.findings] == [
+        ("ACME080", 80_000, 0), ("TV305", 0, 700_000), ("ACME060", 60_000, 0)]
+    assert result.findings[1].to_dict()["at_stake_ns"] == 700_000

@@ -690,5 +690,4 @@ READER = Reader(
                   "`ProfilerStep#N`",
         "diagnostics": "missing kernel events, range-profiler mode, negative durations",
     },
-    fix_labels=("PyTorch profiler", "PyTorch"),
 )

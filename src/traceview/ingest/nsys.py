@@ -591,5 +591,4 @@ READER = Reader(
         "diagnostics": "DIAGNOSTIC_EVENT rows, missing tables",
     },
     export_first={".nsys-rep": EXPORT_HINT, ".qdrep": EXPORT_HINT},
-    fix_labels=("nsys", "Nsight Systems"),
 )

@@ -36,5 +36,3 @@ class Reader:
     launch_link: LaunchLink  # how a kernel finds the API call that launched it
     sources: Mapping[str, str]  # contract table -> what its rows are read from (docs/schema.md)
     export_first: Mapping[str, str] = field(default_factory=dict)  # suffix of the tool's own file -> hint
-    # the labels rule fixes give this format's part ("nsys: profile with ..."), tried in order for the verdict
-    fix_labels: tuple[str, ...] = ()

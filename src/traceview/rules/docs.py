@@ -12,8 +12,14 @@ def explain_text(rule: Rule, config: RuleConfig) -> str:
              f"severity: {config.severity_for(rule)}    "
              f"tags: {', '.join(rule.tags) or '-'}    since: {rule.since}",
              f"requires: {', '.join(rule.requires)}", ""]
-    for heading, key in (("What it flags", "what"), ("Why it matters", "why"), ("How to fix", "fix"),
-                         ("How the saving is counted", "saving"), ("Example", "example")):
+    for heading, key in (("What it flags", "what"), ("Why it matters", "why")):
+        lines += [f"{heading}:", *("  " + line for line in rule.doc[key].splitlines()), ""]
+    lines.append("How to fix (the first variant whose facts hold for the finding):")
+    for variant in rule.fixes:
+        lines += [f"  when {', '.join(variant.when) if variant.when else 'otherwise'}: {variant.summary}",
+                  *("    " + line for line in variant.text.splitlines())]
+    lines.append("")
+    for heading, key in (("How the saving is counted", "saving"), ("Example", "example")):
         if rule.doc.get(key):
             lines += [f"{heading}:", *("  " + line for line in rule.doc[key].splitlines()), ""]
     if rule.params:
@@ -46,6 +52,9 @@ ledger, the `step_budget` relation (docs/analysis.md):
 - Only steady time is priced: on a rank that has steady steps (`step_states`), claims on warm-up and
   initialisation steps and on time outside every step are granted nothing. A rank with no steady step is priced
   as it is, and TV104 says so.
+- Ranks run side by side, so a finding's saving is its largest rank's part of what it was granted (the job's
+  wall time shortens by at most one rank's saving; `saving_basis` says so), and one cause on several ranks is one
+  finding with per-rank evidence, its saving the largest rank's.
 - Comparisons are made between steps of the same phase only (TV207), and communication that no overlap can hide
   (tensor-parallel all-reduce on the critical path of inference) is priced by what a faster link could win, not as
   if it could be hidden (TV401).

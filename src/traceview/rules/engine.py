@@ -8,7 +8,6 @@ claims nanoseconds per step and bucket, and no two findings are granted the same
 
 from __future__ import annotations
 
-import hashlib
 import re
 import string
 from dataclasses import dataclass, field, replace
@@ -22,8 +21,12 @@ from traceview.model import db
 from traceview.model.db import plain
 from traceview.rules.config import RuleConfig
 from traceview.rules.loader import SEVERITIES, Rule, message_parts
+from traceview.rules.merge import fingerprint, merge_ranks
 
-RESERVED_COLUMNS = ("estimated_saving_ns", "key", "evidence", "step_savings")
+# an uncosted finding's time at stake ranks as the win of a fix that took a tenth of it off: the smallest gain a
+# kernel-level fix is worth doing for, stated in docs/rule-format.md; the stake itself is shown, never summed
+AT_STAKE_RANK_SHARE = 0.10
+RESERVED_COLUMNS = ("estimated_saving_ns", "at_stake_ns", "key", "evidence", "step_savings", "fix_facts")
 
 
 @dataclass(frozen=True)
@@ -50,15 +53,29 @@ class Finding:
     key: str
     fingerprint: str
     fix: str = ""
+    fix_summary: str = ""
+    fix_basis: tuple[dict[str, str], ...] = field(default=(), hash=False)  # the facts that chose the fix
     claims: tuple[Claim, ...] = field(default=(), hash=False)
     residual: bool = False
+    fix_facts: tuple[str, ...] = field(default=(), hash=False)  # the finding's own facts, from its row
+    # time the cause holds that no saving can be stated for (a dominant kernel family with no FLOP/byte costs):
+    # never granted from the ledger, never summed; it only ranks the finding (`rank_ns`)
+    at_stake_ns: int = 0
+
+    @property
+    def rank_ns(self) -> int:
+        """What a finding is ranked by: its granted saving, plus a tenth of the time at stake that no cost model
+        prices (AT_STAKE_RANK_SHARE): a certain saving outranks an equal stake of unknown yield, and an uncosted
+        dominant family still ranks above the small findings."""
+        return self.estimated_saving_ns + round(AT_STAKE_RANK_SHARE * self.at_stake_ns)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rule": self.rule, "name": self.name, "severity": self.severity, "title": self.title,
-            "message": self.message, "estimated_saving_ns": self.estimated_saving_ns,
+            "message": self.message, "estimated_saving_ns": self.estimated_saving_ns, "at_stake_ns": self.at_stake_ns,
             "share_pct": self.share_pct, "evidence": self.evidence, "fingerprint": self.fingerprint,
-            "fix": self.fix, "doc": f"docs/rules.md#{self.rule.lower()}",
+            "fix": self.fix, "fix_summary": self.fix_summary, "fix_basis": list(self.fix_basis),
+            "doc": f"docs/rules.md#{self.rule.lower()}",
         }
 
 
@@ -169,8 +186,9 @@ def run_rule(con: duckdb.DuckDBPyConnection, rule: Rule, params: dict[str, Any],
         findings.append(Finding(
             rule=rule.id, name=rule.name, severity=severity, title=rule.title, message=message,
             estimated_saving_ns=saving, share_pct=round(100.0 * saving / span, 3) if span else None,
-            evidence=evidence, key=key, fingerprint=hashlib.sha1(f"{rule.id}\0{key}".encode()).hexdigest()[:16],
-            fix=rule.doc["fix"], claims=claims, residual=rule.residual,
+            evidence=evidence, key=key, fingerprint=fingerprint(rule.id, key),
+            claims=claims, residual=rule.residual, fix_facts=tuple(row.get("fix_facts") or ()),
+            at_stake_ns=int(row.get("at_stake_ns") or 0),
         ))
     return findings
 
@@ -214,7 +232,8 @@ def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
     residual rules' (TV202 prices the step time no cause-specific finding explained).
 
     Findings that claim nothing keep their saving (they price no step time, or predate the ledger);
-    a finding granted less than it claimed says why in its evidence.
+    a finding granted less than it claimed says why in its evidence. A finding whose claims span several ranks
+    saves what its largest rank was granted (`saving_basis` says so): the ranks run side by side.
     """
     if not any(f.claims for f in findings) or not db.has_table(con, "step_budget"):
         return findings
@@ -233,20 +252,59 @@ def grant_savings(con: duckdb.DuckDBPyConnection, findings: list[Finding],
             granted_findings.append(finding)
             continue
         grants = granted[id(finding)]
-        saving = sum(ns for _, ns in grants)
+        by_rank: dict[int, int] = {}
+        for claim, ns in grants:
+            by_rank[claim.rank] = by_rank.get(claim.rank, 0) + ns
         evidence = {**finding.evidence, "step_savings": [
             {"rank": c.rank, "step_id": c.step_id, "bucket": c.bucket, "ns": ns} for c, ns in grants if ns]}
-        claimed = sum(c.ns for c in finding.claims)
-        if saving < claimed:
+        granted_ns, claimed = sum(by_rank.values()), sum(c.ns for c in finding.claims)
+        if granted_ns < claimed:
             evidence["claimed_ns"] = claimed
-            evidence["saving_note"] = (f"{saving / 1e6:.2f} of the {claimed / 1e6:.2f} ms claimed counted: the rest "
-                                       "lies in warm-up or initialisation steps, or another finding already "
+            evidence["saving_note"] = (f"{granted_ns / 1e6:.2f} of the {claimed / 1e6:.2f} ms claimed counted: the "
+                                       "rest lies in warm-up or initialisation steps, or another finding already "
                                        "counted that time in that step")
-        rank = finding.evidence.get("rank")
+        # ranks run side by side: a fix on every rank shortens the job by at most the largest rank's part
+        rank = max(by_rank, key=lambda r: (by_rank[r], -r)) if by_rank else finding.evidence.get("rank")
+        saving = by_rank.get(rank, 0)
+        if len([ns for ns in by_rank.values() if ns]) > 1:
+            evidence["saving_basis"] = (f"the largest rank's part (rank {rank}, {saving / 1e6:.2f} of the "
+                                        f"{granted_ns / 1e6:.2f} ms granted over {len(by_rank)} ranks): ranks run "
+                                        "side by side, so the job's wall time shortens by at most one rank's saving")
         span = spans.get(rank) if rank is not None else max(spans.values(), default=None)
         granted_findings.append(replace(finding, estimated_saving_ns=saving, evidence=evidence,
                                         share_pct=round(100.0 * saving / span, 3) if span else None))
     return granted_findings
+
+
+def trace_facts(con: duckdb.DuckDBPyConnection) -> dict[int, dict[str, str]]:
+    """Per rank, the facts that hold (`trace_facts`) with their evidence; none where the analysis did not run."""
+    facts: dict[int, dict[str, str]] = {}
+    if db.has_table(con, "trace_facts"):
+        for rank, fact, evidence in con.execute("SELECT rank, fact, evidence FROM trace_facts").fetchall():
+            facts.setdefault(rank, {})[fact] = evidence
+    return facts
+
+
+def choose_fixes(findings: list[Finding], rules: dict[str, Rule],
+                 facts: dict[int, dict[str, str]]) -> list[Finding]:
+    """Each finding's fix: its rule's first variant whose conditions hold for the finding's rank (every rank's
+    facts where it names none), its own facts (`fix_facts`) and the budget bucket holding most of its saving."""
+    chosen = []
+    for finding in findings:
+        rank = finding.evidence.get("rank")
+        known = dict(facts.get(rank, {})) if rank is not None else {
+            fact: evidence for rank_facts in facts.values() for fact, evidence in rank_facts.items()}
+        known.update((fact, "the finding's own evidence") for fact in finding.fix_facts)
+        buckets: dict[str, int] = {}
+        for claim in finding.evidence.get("step_savings") or ():
+            buckets[claim["bucket"]] = buckets.get(claim["bucket"], 0) + claim["ns"]
+        if buckets:
+            top = min(buckets, key=lambda bucket: (-buckets[bucket], bucket))
+            known[f"bucket:{top}"] = f"{buckets[top] / 1e6:.2f} ms of the saving lies in {top}"
+        variant = rules[finding.rule].fix_for(frozenset(known))
+        basis = tuple({"fact": fact, "evidence": known[fact]} for fact in variant.when if not fact.startswith("!"))
+        chosen.append(replace(finding, fix=variant.text, fix_summary=variant.summary, fix_basis=basis))
+    return chosen
 
 
 def _in_parallel(con: duckdb.DuckDBPyConnection, rules: list[Rule], outcome) -> list:
@@ -292,6 +350,8 @@ def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
         run.append(rule.id)
     with profiling.overlapping("rules"), profiling.step("rules", "savings ledger", lambda: len(findings)):
         findings = grant_savings(con, findings, spans)
+    findings = choose_fixes(findings, {rule.id: rule for rule in runnable}, trace_facts(con))
+    findings = merge_ranks(findings, con.execute("SELECT count(*) FROM trace_info").fetchall()[0][0])
     kept = [f for f in findings if f.fingerprint not in known]
-    kept.sort(key=lambda f: (-f.estimated_saving_ns, -SEVERITIES.index(f.severity), f.rule, f.key))
+    kept.sort(key=lambda f: (-f.rank_ns, -SEVERITIES.index(f.severity), f.rule, f.key))
     return CheckResult(tuple(kept), tuple(skipped), tuple(run), len(findings) - len(kept))

@@ -21,9 +21,12 @@ SEVERITIES = ("info", "warning", "error")  # least to most severe: the one order
 ID_PATTERN = re.compile(r"^[A-Z]{2,}[0-9]{3,}$")
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
 REQUIRE_PATTERN = re.compile(r"^[a-z_]+(?:\.[a-z_]+)?$")
-DOC_FIELDS = ("what", "why", "fix")
+DOC_FIELDS = ("what", "why")
 TOP_LEVEL = {"id", "name", "title", "severity", "since", "tags", "requires", "params", "doc", "query",
-             "message", "residual"}
+             "message", "residual", "fix"}
+# a fact a fix variant's `when` names: `workload:serving`, `cuda_graphs`, `!copies:pinned` (must not hold)
+FACT_PATTERN = re.compile(r"^!?[a-z][a-z0-9_]*(?::[a-z0-9][a-z0-9_.+-]*)?$")
+SUMMARY_MAX_CHARS = 120  # the verdict prints a fix's summary whole: one line, never cut
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,19 @@ class Param:
     default: float | int | str | bool
     unit: str
     help: str
+
+
+@dataclass(frozen=True)
+class FixVariant:
+    """One way to fix a finding, for the traces whose facts include every fact in `when` (a `!fact` must be
+    absent): a rule lists its variants most specific first and ends with one that holds everywhere."""
+
+    when: tuple[str, ...]
+    summary: str
+    text: str
+
+    def holds(self, facts: set[str] | frozenset[str]) -> bool:
+        return all((fact[1:] not in facts) if fact.startswith("!") else (fact in facts) for fact in self.when)
 
 
 @dataclass(frozen=True)
@@ -50,8 +66,12 @@ class Rule:
     query: str
     message: str
     path: Path
+    fixes: tuple[FixVariant, ...] = ()
     residual: bool = False  # its claims are granted after every other rule's: it prices what they left
 
+    def fix_for(self, facts: set[str] | frozenset[str]) -> FixVariant:
+        """The first variant whose conditions the facts meet; the last one is unconditional, so one always does."""
+        return next(variant for variant in self.fixes if variant.holds(facts))
 
     @property
     def family(self) -> str:
@@ -127,6 +147,8 @@ def load_rule(path: Path) -> Rule:
             _get(spec, "help", str, path, where),
         ))
     doc = _get(data, "doc", dict, path)
+    if "fix" in doc:
+        raise _fail(path, "doc.fix", "moved to [[fix]] tables, each with when, summary and text (docs/rule-format.md)")
     if extra := set(doc) - {*DOC_FIELDS, "saving", "example"}:
         raise _fail(path, f"doc.{sorted(extra)[0]}", "unknown field")
     for key in DOC_FIELDS:
@@ -146,9 +168,39 @@ def load_rule(path: Path) -> Rule:
         since=_get(data, "since", str, path),
         tags=_strings(_get(data, "tags", list, path, optional=True) or [], path, "tags"),
         requires=requires, params=tuple(params), doc={k: str(v).strip() for k, v in doc.items()},
-        query=query, message=message, path=path,
+        query=query, message=message, path=path, fixes=_fixes(data, path),
         residual=bool(_get(data, "residual", bool, path, optional=True)),
     )
+
+
+def _fixes(data: dict, path: Path) -> tuple[FixVariant, ...]:
+    tables = _get(data, "fix", list, path)
+    if not tables:
+        raise _fail(path, "fix", "expected at least one [[fix]] table")
+    variants = []
+    for index, table in enumerate(tables):
+        where = f"fix[{index}]"
+        if not isinstance(table, dict):
+            raise _fail(path, where, "expected a table with when, summary and text")
+        if extra := set(table) - {"when", "summary", "text"}:
+            raise _fail(path, f"{where}.{sorted(extra)[0]}", "unknown field")
+        when = _get(table, "when", list, path, where)
+        if bad := [fact for fact in when if not isinstance(fact, str) or not FACT_PATTERN.match(fact)]:
+            raise _fail(path, f"{where}.when", f"{bad[0]!r} is not a fact like 'workload:serving' or '!cuda_graphs'")
+        summary = " ".join(_get(table, "summary", str, path, where).split())
+        if not summary or len(summary) > SUMMARY_MAX_CHARS or summary.endswith("."):
+            raise _fail(path, f"{where}.summary", f"expected one clause of at most {SUMMARY_MAX_CHARS} characters, "
+                                                  "no final period")
+        text = _get(table, "text", str, path, where).strip()
+        if not text:
+            raise _fail(path, f"{where}.text", "empty")
+        variants.append(FixVariant(tuple(when), summary, text))
+    if variants[-1].when:
+        raise _fail(path, f"fix[{len(variants) - 1}].when", "the last variant must hold everywhere (when = [])")
+    seen = [frozenset(v.when) for v in variants]
+    if len(set(seen)) < len(seen):
+        raise _fail(path, "fix", "two variants have the same conditions")
+    return tuple(variants)
 
 
 def builtin_rules_dir() -> Path:

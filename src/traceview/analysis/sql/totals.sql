@@ -5,10 +5,86 @@
 -- from these relations, so no two of them can disagree.
 -- requires: phase_summary, roofline_by_phase, roofline_by_category, roofline_kernels, step_accounting, devices,
 --     gpu_specs, kernels, memops, steps, device_activity, step_budget, idle_by_kind, launch_queue_depth,
---     rank_steps
--- creates: phase_busy, phase_totals, phase_time_split, kernel_families, kernel_family_rates, category_time,
+--     rank_steps, critical_path_by_phase, trace_info, copy_directions, device_engines
+-- creates: trace_files, rank_spans, phase_rank_times, copy_direction_shares, critical_path_phase_totals, phase_busy, phase_totals, phase_time_split, kernel_families, kernel_family_rates, category_time,
 --     roofline_category_totals, roofline_phase_totals, memop_totals, memop_kind_totals, priced_time_by_phase,
 --     idle_totals, queue_depth_totals, rank_step_skew
+
+-- view trace_files: one row per trace file, in the order of its first rank
+--   file: trace_info.file
+--   ranks: the ranks it holds, in order (one nsys export can hold every rank of a job)
+CREATE OR REPLACE VIEW trace_files AS
+SELECT file, list(rank ORDER BY rank) AS ranks FROM trace_info GROUP BY file ORDER BY min(rank);
+
+-- view rank_spans: one row per rank: its own span and steps (ranks run side by side; their times never add up)
+--   rank: trace rank
+--   file: trace_info.file
+--   start_ns: trace_info.start_ns
+--   end_ns: trace_info.end_ns
+--   span_ns: end_ns - start_ns
+--   steps: steps of the rank
+--   step_ns: Σ step_budget.wall_ns: the time its steps own on its timeline
+CREATE OR REPLACE VIEW rank_spans AS
+SELECT t.rank, t.file, t.start_ns, t.end_ns, t.end_ns - t.start_ns AS span_ns, count(s.step_id) AS steps,
+       sum(b.wall_ns)::BIGINT AS step_ns
+FROM trace_info t
+LEFT JOIN steps s ON s.rank = t.rank
+LEFT JOIN step_budget b ON b.rank = s.rank AND b.step_id = s.step_id
+GROUP BY t.rank, t.file, t.start_ns, t.end_ns ORDER BY t.rank;
+
+-- view phase_rank_times: one row per phase of `phase_summary`, its time per rank
+--   phase: steps.phase (time summed over ranks that ran side by side is no wall time, hence these)
+--   ranks: ranks with steps of the phase
+--   rank_steps_min: the fewest steps of the phase on one rank
+--   rank_steps_max: the most
+--   rank_time_mean_ns: mean over those ranks of the phase's wall time (phase_summary.wall_ns)
+--   rank_time_max_ns: the slowest rank's: what bounds the job
+--   slowest_rank: that rank (the lowest of equals)
+CREATE OR REPLACE VIEW phase_rank_times AS
+SELECT phase, count(*) AS ranks, min(steps) AS rank_steps_min, max(steps) AS rank_steps_max,
+       avg(wall_ns) AS rank_time_mean_ns, max(wall_ns) AS rank_time_max_ns,
+       arg_max(rank, [wall_ns, -rank]) AS slowest_rank
+FROM phase_summary GROUP BY phase;
+
+-- view copy_direction_shares: one row per `copy_directions` row, with its share of its GPU's span
+--   rank: trace rank (the copy KPI is per GPU and direction: H2D, D2H and D2D cross different links, and GPUs run
+--     side by side)
+--   device_id: GPU ordinal
+--   direction: copy_directions.direction
+--   copies: copy_directions.copies
+--   bytes: copy_directions.bytes
+--   busy_ns: copy_directions.busy_ns
+--   busy_pct: 100 * busy_ns / the GPU's span (device_engines.span_ns)
+--   gbps: copy_directions.achieved_bytes_per_s / 1e9
+--   pct_of_link: copy_directions.pct_of_link
+--   link: copy_directions.link
+--   pinned_pct: copy_directions.pinned_pct
+CREATE OR REPLACE VIEW copy_direction_shares AS
+SELECT c.rank, c.device_id, c.direction, c.copies, c.bytes, c.busy_ns,
+       100.0 * c.busy_ns / nullif(e.span_ns, 0) AS busy_pct, c.achieved_bytes_per_s / 1e9 AS gbps,
+       c.pct_of_link, c.link, c.pinned_pct
+FROM copy_directions c JOIN device_engines e ON e.rank = c.rank AND e.device_id = c.device_id;
+
+-- view critical_path_phase_totals: one row per phase with a complete critical path in a priced step
+--   phase: steps.phase
+--   steps: priced steps with a complete critical path, over all ranks (each rank walks its own path; they sum)
+--   path_ns: Σ critical_path_by_phase.path_ns
+--   compute_ns: Σ compute_ns
+--   communication_ns: Σ communication_ns
+--   copy_ns: Σ copy_ns + memset_ns
+--   host_ns: Σ host_ns + launch_latency_ns (the GPU waiting for work to be issued)
+--   bound: the largest of the four (critical_path_bound)
+--   bound_pct: that figure over path_ns, percent
+CREATE OR REPLACE VIEW critical_path_phase_totals AS
+WITH sums AS (
+    SELECT phase, sum(steps)::BIGINT AS steps, sum(path_ns)::BIGINT AS path_ns, sum(compute_ns)::BIGINT AS compute_ns,
+           sum(communication_ns)::BIGINT AS communication_ns, sum(copy_ns + memset_ns)::BIGINT AS copy_ns,
+           sum(host_ns + launch_latency_ns)::BIGINT AS host_ns
+    FROM critical_path_by_phase GROUP BY phase
+)
+SELECT *, critical_path_bound(compute_ns, communication_ns, copy_ns, host_ns) AS bound,
+       100.0 * critical_path_top_ns(compute_ns, communication_ns, copy_ns, host_ns) / path_ns AS bound_pct
+FROM sums WHERE path_ns > 0 ORDER BY phase;
 
 -- view phase_busy: one row per phase any kernel or memop ran in
 --   phase: `kernels.phase`, or the phase of a memop's step (`other` outside steps)
