@@ -228,7 +228,11 @@ def test_savings_never_exceed_the_time_they_come_from(trace) -> None:
             continue
         step_savings = finding["evidence"].get("step_savings")
         assert step_savings, f"{finding['rule']} prices {finding['estimated_saving_ns']} ns with no step_savings"
-        assert sum(c["ns"] for c in step_savings) == finding["estimated_saving_ns"], finding["rule"]
+        by_rank: dict[int, int] = {}
+        for claim in step_savings:
+            by_rank[claim["rank"]] = by_rank.get(claim["rank"], 0) + claim["ns"]
+        # ranks run side by side: the saving is the largest rank's part
+        assert max(by_rank.values()) == finding["estimated_saving_ns"], finding["rule"]
         for claim in step_savings:
             window = (claim["rank"], claim["step_id"])
             claimed[window] = claimed.get(window, 0) + claim["ns"]

@@ -5,6 +5,8 @@ One home for them, below the report and the analysis, so a duration reads the sa
 
 from __future__ import annotations
 
+import math
+
 TIME_UNITS = (("s", 1e9), ("ms", 1e6), ("µs", 1e3))
 
 
@@ -79,3 +81,38 @@ def interval(bounds: list[float] | None) -> str:
     if not bounds:
         return "n/a"
     return f"[{signed_percent(bounds[0])}, {signed_percent(bounds[1])}]"
+
+
+def plain(value: float | None) -> str:
+    """A figure with no unit, never in exponent notation: '27,670,000,000', '12.3', '0.00004'."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, int) or float(value).is_integer() or abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0:
+        return "0"
+    digits = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _scaled(value: float, unit: str) -> str:
+    """`value` in the SI prefix it reads best in: '27.7 G' + unit."""
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{_significant(value / scale)} {prefix}{unit}"
+    return f"{plain(value)} {unit}"
+
+
+def byte_rate(bytes_per_s: float | None) -> str:
+    """A transfer rate: '3.35 TB/s', '12.3 GB/s', '450 MB/s'."""
+    return "n/a" if bytes_per_s is None else _scaled(bytes_per_s, "B/s")
+
+
+def flop_rate(flops_per_s: float | None) -> str:
+    """A compute rate from FLOP/s: '989 TFLOP/s'."""
+    return "n/a" if flops_per_s is None else _scaled(flops_per_s, "FLOP/s")
+
+
+def flop_count(flops: float | None) -> str:
+    """A number of floating-point operations: '27.7 GFLOP'."""
+    return "n/a" if flops is None else _scaled(flops, "FLOP")

@@ -139,19 +139,25 @@ def test_without_a_timeline_every_window_names_the_flag(stall) -> None:
 def test_the_verdict_says_what_is_slow_which_wall_and_what_to_do(stall) -> None:
     """Line 1: the phase with the most step time (all eight ranges, spec time); line 2: why no roof figure;
     line 3: the top finding's rule, saving, problem and the first clause of its fix."""
-    _, data = stall
+    trace, data = stall
     ranges = stall_spec().ranges
     busy = 100.0 * STEPS * 10 * 200 * US / (ranges[-1].end_ns - 50 * US - (ranges[0].start_ns + 20 * US))
     total = sum(r.end_ns - r.start_ns for r in ranges)
     slow, wall, fix = data["verdict"]
+    # the steps' critical paths, summed: the host stalls between launches outweigh the kernels
+    host, compute, path = trace.sql("SELECT sum(host_ns + launch_latency_ns), sum(compute_ns), sum(path_ns) "
+                                    "FROM step_critical_path").rows()[0]
+    assert host > compute
     assert slow == (f"Steps of no known phase take 100% of the step time ({STEPS} steps, {duration(total)}); "
-                    f"GPU busy {busy:.1f}% of its active span with kernels.")
+                    f"its critical path is host-bound: {100 * host / path:.0f}% host, {100 * compute / path:.0f}% "
+                    f"compute; GPU busy {busy:.1f}% of its active span with kernels.")
     assert wall == ("No phase could be placed against the roofline: no shapes recorded; profile with "
                     "record_shapes=True (emit_nvtx(record_shapes=True) under nsys).")
     top = data["findings"][0]
     assert top["rule"] == "TV301"
     assert fix == (f"Top finding (TV301, up to {duration(top['estimated_saving_ns'])}, {top['share_pct']:.1f}% of the "
-                   "span): FP32 GEMMs on a GPU with tensor cores; fix: allow TF32 for float32 matmuls.")
+                   "span): FP32 GEMMs on a GPU with tensor cores; fix: allow TF32 for float32 matmuls, or run the model in "
+                   "bf16/fp16.")
 
 
 @requires_shared
@@ -160,8 +166,14 @@ def test_vllm_findings_point_at_steps_and_the_verdict_names_decode() -> None:
     trace, data = reported(VLLM_H100)
     walls = dict(trace.sql("SELECT phase, sum(end_ns - start_ns) FROM steps GROUP BY phase").rows())
     share = 100 * walls["decode"] / sum(walls.values())
-    assert data["verdict"][0].startswith(f"Decode steps take {share:.0f}% of the step time (9 steps, "
-                                         f"{duration(walls['decode'])}); GPU busy 89.0%")
+    path = dict(zip(("compute", "host", "path"), trace.sql(
+        "SELECT sum(compute_ns), sum(host_ns + launch_latency_ns), sum(path_ns) FROM step_critical_path "
+        "WHERE phase = 'decode' AND priced").rows()[0]))
+    assert data["verdict"][0].startswith(
+        f"Decode steps take {share:.0f}% of the step time (9 steps, {duration(walls['decode'])}); its critical "
+        f"path is compute-bound: {100 * path['compute'] / path['path']:.0f}% compute, "
+        f"{100 * path['host'] / path['path']:.0f}% host")
+    assert data["verdict"][0].endswith("; GPU busy 89.0% of its active span with kernels.")
     finding = by_rule(data, "TV202")
     phases = dict(trace.sql("SELECT step_id, phase FROM steps").rows())
     assert phases[finding["window"]["step_id"]] == "decode" and finding["steps"] == list(range(1, 10))

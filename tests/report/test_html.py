@@ -17,7 +17,8 @@ from markupsafe import escape
 
 import traceview
 from conftest import REPO, SHARED_TRACES, VLLM_H100, reported, requires_shared
-from traceview.report import charts, html
+from traceview import units as fmt
+from traceview.report import charts, evidence, html
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
 
@@ -324,7 +325,103 @@ def test_evidence_values_carry_units() -> None:
     assert html.evidence_value("bytes", 3_000_000) == "3 MB"
     assert html.evidence_value("achieved_tflops", 12.34) == "12.3 TFLOP/s"
     assert html.evidence_value("kernels", 1234) == "1,234"
+    assert html.evidence_value("flops", 2.767e10) == "27.7 GFLOP"  # never 2.767e+10
+    assert html.evidence_value("peak_flops", 9.89e14) == "989 TFLOP/s"
+    assert html.evidence_value("hbm_bytes_per_s", 3.35e12) == "3.35 TB/s"
+    assert html.evidence_value("link_gbps", 25.0) == "25 GB/s"
+    assert html.evidence_value("median_launch_us", 4.5) == "4.5 µs"
+    assert html.evidence_value("p99_ms", 1.25) == "1.25 ms"
+    assert html.evidence_value("mb", 4e-05) == "40 B"
+    assert html.evidence_value("p99_over_p50", 2.5) == "2.5×"
+    assert html.evidence_value("calls_per_step", 1.8181818) == "1.82"
+    assert html.evidence_value("model_bytes", 2.767e10) == "27.7 GB"
+    assert html.evidence_value("serial", True) == "yes"
+    assert html.evidence_value("step_ids", [3, 4, 5]) == "3, 4, 5"
     assert html.paragraphs("one\ntwo\n\n- a\n- b") == ["one two", "- a\n- b"]
+
+
+def test_evidence_is_labelled_rows_by_suffix_and_shape_never_json() -> None:
+    """Fields a rule may add later (per-rank rows, a basis, a cover share) render by their name and shape."""
+    finding = {
+        "cover_pct": 42.25, "fix_basis": "pinned_host_memory", "idle_ns": 1_234_567, "idle_ms": 1.234567,
+        "step_savings": [{"rank": 0, "step_id": 3, "bucket": "idle_host_wait", "ns": 1_200_000},
+                         {"rank": 0, "step_id": 4, "bucket": "idle_bubble", "ns": 800}],
+        "per_rank": [{"rank": r, "device_id": 0, "busy_ns": 10_000_000 * (r + 1), "busy_pct": 50.0 + r,
+                      "wait_ns": 1_000 * r, "kernel": f"volta_sgemm_128x64_{'nn' if r else 'tn'}", "flops": 2.767e10 * (r + 1)}
+                     for r in range(2)],
+    }
+    fields, tables = evidence.shape(finding, None)
+    assert [(f.label, f.value.text) for f in fields] == [
+        ("cover %", "42.2%"), ("fix basis", "pinned host memory"), ("idle", "1.23 ms")]  # idle once, in ns
+    savings, per_rank = tables
+    assert savings.note == "rank 0"
+    assert [[c.text for c in line] for line in savings.lines] == [
+        ["step 3", "idle host wait", "1.2 ms"], ["step 4", "idle bubble", "800 ns"]]
+    assert per_rank.note == "GPU 0"  # what every row shares, said once
+    assert [name for _, name in per_rank.columns] == ["rank", "busy", "busy %", "wait", "kernel", "flops"]
+    assert [[c.text for c in row] for row in per_rank.rows] == [
+        ["0", "10 ms", "50.0%", "0 ns", "volta_sgemm_128x64_tn", "27.7 GFLOP"],
+        ["1", "20 ms", "51.0%", "1 µs", "volta_sgemm_128x64_nn", "55.3 GFLOP"]]
+    page = html.environment().from_string('{% import "_macros.html" as m %}{{ m.evidence(e, none) }}').render(e=finding)
+    assert "step 3 · idle host wait · 1.2 ms" in re.sub(r"<[^>]+>", "", page)
+    assert "{" not in page and "e+" not in page and "[" not in page
+
+
+@requires_shared
+def test_vllm_findings_show_no_json_and_numbers_with_units(vllm: tuple[dict, str]) -> None:
+    data, page = vllm
+    section = re.sub(r"<[^>]+>", "", page[page.index('id="findings"'):page.index("</section>", page.index('id="findings"'))])
+    assert '{"' not in section and "[{" not in section
+    assert not re.search(r"\d\.\d+e[+-]\d", section)  # no exponent anywhere in the findings
+    text, checked = htmllib.unescape(section), 0
+    for finding in data["findings"]:
+        savings = (finding.get("evidence") or {}).get("step_savings", [])
+        # a bucket every row of several shares is said once, above; a single row says it inline
+        varied = len({item["bucket"] for item in savings}) > 1 or len(savings) == 1
+        for item in savings[:3]:
+            words = [item["bucket"].replace("_", " ")] if varied else []
+            assert " · ".join([f"step {item['step_id']}", *words, fmt.duration(item["ns"])]) in text
+            checked += 1
+    assert checked >= 6
+
+
+def test_findings_and_kernels_tables_keep_saving_and_where_in_fixed_columns(sample: tuple[dict, str]) -> None:
+    """Fixed layout with the saving column second and the where column fourth: a long message or kernel name
+    wraps inside its column instead of pushing them off the page."""
+    _, page = sample
+    head = re.search(r'<table class="sortable findings-summary">.*?</thead>', page, re.S).group(0)
+    assert re.findall(r"<th[^>]*>([^<]+)</th>", head)[:4] == ["#", "saving", "of span", "where"]
+    assert '<col class="c-saving">' in head
+    css = page[page.index("<style>"):page.index("</style>")]
+    assert "table.findings-summary, table.kernels-table { table-layout: fixed; }" in css
+    assert 'class="sortable kernels-table"' in page
+
+
+_MEASURE = """<script>
+window.addEventListener("load", function () {
+  var out = [];
+  document.querySelectorAll("table.findings-summary tr, table.kernels-table tr").forEach(function (row) {
+    var cells = row.cells, last = cells[cells.length - 1].getBoundingClientRect();
+    var saving = cells[1].getBoundingClientRect();  // the saving (findings) or time (kernels) column
+    out.push([Math.round(saving.right), Math.round(last.right), document.documentElement.clientWidth]);
+  });
+  document.body.setAttribute("data-measured", JSON.stringify(out));
+});
+</script></body>"""
+
+
+@requires_shared
+def test_saving_and_where_columns_are_on_screen_at_1400_px(vllm: tuple[dict, str], chromium: str,
+                                                             tmp_path: Path) -> None:
+    """In headless Chromium at 1400 px, every row of the findings and kernels tables ends inside the window."""
+    _, page = vllm
+    target = tmp_path / "wide.html"
+    target.write_text(page.replace("</body>", _MEASURE), encoding="utf-8")
+    dom = run_chromium(chromium, target, "--dump-dom", "--window-size=1400,900").stdout
+    measured = json.loads(htmllib.unescape(re.search(r'data-measured="([^"]*)"', dom).group(1)))
+    assert len(measured) > 10
+    for saving_right, last_right, width in measured:
+        assert width <= 1400 and 0 < saving_right < last_right <= width
 
 
 # -- in a browser ---------------------------------------------------------------------------------

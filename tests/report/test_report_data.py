@@ -15,8 +15,10 @@ import traceview
 from commands import traceview_cli
 from conftest import DLRM_DIR, KINETO_TRACES, NSYS_TRACES, VLLM_H100, reported, requires_shared, trace_id, union_ns
 from traceview.report import html, json_report, markdown
+from traceview.report.markdown import cell
 from traceview.report.data import build_report
 from traceview.rules import RuleConfig, check, load_rules
+from traceview.units import duration
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_traces" / "llm_serving.pt.trace.json.gz"
 SCHEMA = json.loads(resources.files("traceview.report").joinpath("schema.json").read_text())
@@ -80,7 +82,8 @@ def test_markdown_keeps_trace_text_inert(tmp_path: Path) -> None:
     from traceview.testing import llm_serving_spec, write_kineto
 
     trace, data = report_for(write_kineto(llm_serving_spec(), tmp_path / "s.json.gz"))
-    data["top_kernels"][0]["short_name"] = "<script>alert('x')</script> | `tick` [link](http://x)"
+    data["top_kernels"][0]["name"] = data["top_kernels"][0]["short_name"] = (
+        "<script>alert('x')</script> | `tick` [link](http://x)")
     data["verdict"][2] = "Top finding: </script><img src=x onerror=alert(1)>"
     text = markdown.render(data)
     assert "<script>" not in text and "</script>" not in text and "<img" not in text
@@ -117,19 +120,58 @@ def test_copies_are_not_gpu_busy(tmp_path: Path) -> None:
     assert (copy["count"], copy["busy_ns"], copy["bytes"]) == (11, 10 * 9_500_000 + 500_000, 2_408_000_000)
     assert copy["busy_pct"] == pytest.approx(100 * 95_500_000 / span)
     assert copy["gbps"] == pytest.approx(2_408_000_000 / 95_500_000)  # bytes per ns = GB/s
-    kinds = {k["copy_kind"]: k for k in copy["by_kind"]}
-    assert kinds["HtoD"]["gbps"] == pytest.approx(240 / 9.5) and kinds["DtoH"]["bytes"] == 8_000_000
+    # the KPI per GPU and direction, each against its GPU's span and the H100's PCIe 5.0 x16 (8192e9/130 B/s)
+    link = 8192e9 / 130
+    htod, dtoh = copy["by_direction"]
+    assert htod == {"rank": 0, "device_id": 0, "direction": "HtoD", "copies": 10, "bytes": 2_400_000_000,
+                    "busy_ns": 95_000_000, "busy_pct": pytest.approx(100 * 95_000_000 / span),
+                    "gbps": pytest.approx(2.4e9 / 95e6), "pct_of_link": pytest.approx(100 * 2.4e9 / 0.095 / link),
+                    "link": "PCIe 5.0 x16", "pinned_pct": 100.0, "gpu": "GPU 0", "pinned": "100% pinned"}
+    assert (dtoh["direction"], dtoh["bytes"], dtoh["busy_ns"], dtoh["gbps"]) == ("DtoH", 8_000_000, 500_000, 16.0)
+    assert copy["worst"] == htod
     assert (summary["memsets"]["count"], summary["memsets"]["bytes"], summary["memsets"]["gbps"]) == (1, 1_000_000, 10.0)
     assert summary["communication"] == []
+    # the generated launches each come just before their op, so the host chain binds the critical path
     assert data["verdict"][0] == (f"Steps of no known phase take 100% of the step time (1 step, 101 ms); "
+                                  f"its critical path is host-bound: 100% host; "
                                   f"GPU busy {100 * 2_000_000 / span:.1f}% of its active span with kernels "
-                                  f"(copies fill {100 * 95_500_000 / span:.1f}%: 2.41 GB at 25.2 GB/s).")
+                                  f"(GPU 0's HtoD copies fill {100 * 95_000_000 / span:.1f}% of its span: 2.4 GB at "
+                                  f"25.3 GB/s, 40% of PCIe 5.0 x16, 100% pinned).")
     jsonschema.validate(json.loads(json_report.render(data)), SCHEMA)
     text = markdown.render(data)
-    assert "| kernels | 10 | 2 ms | 2.0% | | |" in text and "| copies | 11 | 95.5 ms | 94.8% | 2.41 GB | 25.2 |" in text
-    assert "| ↳ HtoD | 10 | 95 ms | | 2.4 GB | 25.3 |" in text and "| memsets | 1 | 100 µs | 0.1% | 1 MB | 10.0 |" in text
+    assert "| kernels | 10 | 2 ms | 2.0% | | |" in text
+    assert "| copies, GPU 0 HtoD (40.1% of PCIe 5.0 x16, 100% pinned) | 10 | 95 ms | 94.3% | 2.4 GB | 25.3 |" in text
+    assert "| copies, GPU 0 DtoH (25.4% of PCIe 5.0 x16, 100% pinned) | 1 | 500 µs | 0.5% | 8 MB | 16.0 |" in text
+    assert "| memsets | 1 | 100 µs | 0.1% | 1 MB | 10.0 |" in text
     page = html.render(data)
-    assert "GPU busy (kernels) of its active span" in page and "2.41 GB at 25.2 GB/s" in page
+    assert "GPU busy (kernels) of its active span" in page
+    assert "GPU 0 HtoD copies of its span: 95 ms, 2.4 GB at 25.3 GB/s (40% of PCIe 5.0 x16), 100% pinned" in page
+
+
+def test_copy_kpi_is_per_gpu_and_direction(tmp_path: Path) -> None:
+    """Two GPUs (fixtures_copies.copy_bound_two_gpus): the KPI lists GPU 0's HtoD, GPU 1's DtoH and DtoD apart and
+    heads with GPU 0's HtoD (940 of its 969 ms), never an average of HtoD with DtoD nor a sum over the GPUs."""
+    import fixtures_copies as fc
+    from traceview.testing import write_nsys
+
+    _, data = report_for(write_nsys(fc.copy_bound_two_gpus(), tmp_path / "two.sqlite"))
+    rows = [(d["gpu"], d["direction"], d["copies"], d["bytes"], d["busy_ns"], d["pinned_pct"])
+            for d in data["summary"]["copies"]["by_direction"]]
+    assert rows == [("GPU 0", "HtoD", 10, 23_500_000_000, 940_000_000, 100.0),
+                    ("GPU 1", "DtoH", 10, 1_000_000_000, 50_000_000, 0.0),
+                    ("GPU 1", "DtoD", 10, 10_000_000_000, 10_000_000, None)]
+    gpu1_span = 9 * fc.STEP_NS + fc.GPU1_COPY_NS + 2 * fc.GPU1_KERNEL_NS
+    by = {(d["gpu"], d["direction"]): d for d in data["summary"]["copies"]["by_direction"]}
+    assert by["GPU 0", "HtoD"]["busy_pct"] == pytest.approx(100 * 940 / 969)
+    assert by["GPU 0", "HtoD"]["gbps"] == pytest.approx(25.0)
+    assert by["GPU 0", "HtoD"]["pct_of_link"] == pytest.approx(100 * 25e9 / (8192e9 / 130))
+    assert by["GPU 1", "DtoH"]["busy_pct"] == pytest.approx(100 * 50_000_000 / gpu1_span)
+    assert (by["GPU 1", "DtoH"]["gbps"], by["GPU 1", "DtoH"]["pinned"]) == (pytest.approx(20.0), "none pinned")
+    assert by["GPU 1", "DtoD"]["gbps"] == pytest.approx(1000.0) and by["GPU 1", "DtoD"]["pinned"] is None
+    assert by["GPU 1", "DtoD"]["pct_of_link"] == pytest.approx(100 * 1e12 / (3.35e12 / 2))  # half the H100's HBM
+    assert data["summary"]["copies"]["worst"]["direction"] == "HtoD"
+    assert "(GPU 0's HtoD copies fill 97.0% of its span: 23.5 GB at 25 GB/s, 40% of PCIe 5.0 x16, 100% pinned)" \
+        in data["verdict"][0]
 
 
 @requires_shared
@@ -242,3 +284,61 @@ def test_a_phase_pooled_over_ranks_takes_its_wall_from_the_summed_floors() -> No
     (prefill,) = [p for p in phase_rows(con) if p["phase"] == "prefill"]
     assert (prefill["bound"], prefill["bound_source"]) == ("memory", "measured")
     assert prefill["pct_of_roof"] == pytest.approx(100 * 40e6 / 60e6)  # Σ floors / Σ costed time, not mean(50, 75)
+
+
+@requires_shared
+def test_a_rank_directory_reports_each_ranks_own_span_and_steps() -> None:
+    """The 8 DLRM ranks ran side by side: each rank's span is its own first to last event in its file's JSON (the
+    profiler's own 'Trace' envelope aside), its steps are its ProfilerStep annotations, each file is listed once with
+    its rank, and a phase's time is per rank (the slowest and the mean), not 8 ranks' wall times added up."""
+    _, data = reported(DLRM_DIR)
+    truth = {}
+    for path in sorted(DLRM_DIR.glob("*.json")):
+        document = json.loads(path.read_text())
+        events = [e for e in document["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]
+        start, end = min(e["ts"] for e in events) * 1000, max(e["ts"] + e.get("dur", 0) for e in events) * 1000
+        steps = [e["dur"] * 1000 for e in events if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+        truth[document["distributedInfo"]["rank"]] = {"file": str(path), "start_ns": start, "end_ns": end,
+                                                      "span_ns": end - start, "steps": len(steps), "step_ns": sum(steps)}
+    assert {r["rank"]: {k: v for k, v in r.items() if k != "rank"} for r in data["trace"]["rank_spans"]} == truth
+    assert data["trace"]["files"] == [truth[rank]["file"] for rank in range(8)]
+    assert data["trace"]["file_ranks"] == [{"file": truth[rank]["file"], "ranks": [rank]} for rank in range(8)]
+    (train,) = data["phases"]
+    walls = {rank: t["step_ns"] for rank, t in truth.items()}
+    slowest = max(walls, key=walls.get)
+    assert (train["ranks"], train["rank_steps_min"], train["rank_steps_max"]) == (8, 1, 1)
+    assert (train["rank_time_max_ns"], train["slowest_rank"]) == (walls[slowest], slowest)
+    assert train["rank_time_mean_ns"] == pytest.approx(sum(walls.values()) / 8, abs=1e-6)
+    assert train["time_ns"] == sum(walls.values())  # the Σ stays, for ratios of sums
+    assert f"(1 step on each of 8 ranks, {duration(walls[slowest])} on rank {slowest}, the slowest" in data["verdict"][0]
+    text = markdown.render(data)
+    assert "**Ranks** " + " · ".join(f"rank {rank}: 1 step over {duration(t['span_ns'])}" for rank, t in truth.items()) in text
+    assert f"{cell(Path(truth[0]['file']).name, 120)} (rank 0)" in text
+    mean = duration(sum(walls.values()) / 8)
+    assert f"| train | 8 (1 per rank) | {duration(walls[slowest])} (rank {slowest}), mean {mean} |" in text
+
+
+def test_one_export_of_two_ranks_names_its_file_once(tmp_path: Path) -> None:
+    """One nsys export holds both DDP processes: its file is listed once, as ranks 0 and 1, and each rank's span
+    is its own process's first to last call or kernel (the launcher's one call is rank 0's)."""
+    import fixtures_ranks as ddp
+
+    from traceview.testing import write_nsys
+
+    spec = ddp.ddp_straggler()
+    path = write_nsys(spec, tmp_path / "ddp.sqlite")
+    _, data = report_for(path)
+    assert data["trace"]["files"] == [str(path)]
+    assert data["trace"]["file_ranks"] == [{"file": str(path), "ranks": [0, 1]}]
+    spans = {}
+    for (pid, gpu), rank in zip(ddp.PROCESSES, (0, 1)):
+        times = [t for k in spec.kernels if k.pid == pid for t in (k.start_ns, k.end_ns, k.launch_start_ns)]
+        times += [t for c in spec.api_calls if rank == 0 for t in (c.start_ns, c.start_ns + c.dur_ns)]
+        spans[rank] = max(times) - min(times)
+    assert {r["rank"]: r["span_ns"] for r in data["trace"]["rank_spans"]} == spans
+    assert [r["steps"] for r in data["trace"]["rank_spans"]] == [ddp.STEPS, ddp.STEPS]
+    text = markdown.render(data)
+    assert text.count("ddp.sqlite") == 1 and "ddp.sqlite (ranks 0, 1)" in text
+    page = html.render(data)
+    assert page.count('<code title="' + str(path) + '">ddp.sqlite</code>') == 1
+    assert f"<b>rank 1</b> {ddp.STEPS} steps over {duration(spans[1])}" in page

@@ -15,8 +15,9 @@ import pytest
 
 import traceview
 from commands import traceview_cli
-from conftest import SHARED_TRACES, VLLM_H100, analysed, requires_shared
+from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, analysed, reported, requires_shared
 from test_html import assert_charts_render, chart_rows, run_chromium
+from traceview import units as fmt
 from traceview.errors import TraceviewError
 from traceview.report import charts, html, json_report, timeline
 from traceview.report.data import build_report
@@ -316,7 +317,7 @@ def test_timeline_draws_in_headless_chromium(path: Path, focus: FocusStep | None
         name = charts.timeline_chart_name(step)
         view = re.search(rf'<div class="chart[^"]*" id="chart-{name}"(.*?)<script type="application/json"', dom, re.S)
         rects = sum(body.count("<path") for body in re.findall(
-            r'<g class="mark-rect role-mark layer_\d+_marks"[^>]*>(.*?)</g>', view.group(1), re.S))
+            r'<g class="mark-rect role-mark \w+_marks"[^>]*>(.*?)</g>', view.group(1), re.S))
         assert rects == bars[name] > 100, name
     result = run_chromium(chromium, target, "--dump-dom")
     assert console_problems(result.stderr) == []
@@ -348,3 +349,23 @@ def test_each_mark_sees_the_latest_end_before_it_on_its_own_lane_only() -> None:
     assert marks > timeline.MAX_MARKS and lanes >= 3
     assert firsts == lanes  # only each lane's first mark has nothing before it
     assert (wrong_ends, wrong_order) == (0, 0)
+
+
+@requires_shared
+def test_lanes_and_steps_zoom_and_pan_on_the_time_axis_of_one_steps_wall_time() -> None:
+    """The drawn steps of the 8-rank DLRM job: each chart's time axis spans that step's own wall time on its
+    rank (never the ranks' spans added up), and dragging or the wheel pans and zooms it (x only)."""
+    _, data = reported(DLRM_DIR)
+    steps = data["timeline"]["steps"]
+    assert len({s["rank"] for s in data["steps"]}) == 8 and steps
+    for step in steps:
+        spec = charts.vega_lite(charts.step_lanes(step, charts.category_colors(data)))
+        _, scale = fmt.time_unit(step["wall_ns"])
+        assert spec["layer"][0]["encoding"]["x"]["scale"]["domain"] == [0, round(step["wall_ns"] / scale, 6)]
+        assert step["wall_ns"] == step["end_ns"] - step["start_ns"]
+        assert spec["params"] == [{"name": "zoom", "select": {"type": "interval", "encodings": ["x"]},
+                                   "bind": "scales", "views": ["lanes"]}]
+    summed = sum(s["wall_ns"] for s in data["steps"] if s["step_id"] == steps[0]["step_id"])
+    assert steps[0]["wall_ns"] < summed  # one rank's step, not the job's ranks stacked end to end
+    page_specs = charts.vega_lite(charts.step_timeline(data))
+    assert page_specs["params"][0]["bind"] == "scales" and page_specs["params"][0]["select"]["encodings"] == ["x"]

@@ -89,7 +89,8 @@ def _overall(phases: list[dict[str, Any]], comparable: dict[str, Any]) -> tuple[
         if hits:
             return verdict, [f"{p['phase']}: {p['reason']}" for p in hits] + unjudged
     if not judged:
-        return "inconclusive", unjudged or ["no steps on either side"]
+        return "inconclusive", unjudged or ["no steady steps on either side to compare (start-up steps are never "
+                                            "compared: capture iterations after warm-up)"]
     return "neutral", [f"{p['phase']}: {p['reason']}" for p in judged] + unjudged
 
 

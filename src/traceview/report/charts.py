@@ -36,6 +36,8 @@ TIMELINE_COLORS = {  # the timeline's marks that are not kernels
     "memcpy": "#1f3b73", "memset": "#5b3f8c", "launch call": "#6e7781", "copy call": "#2f6feb", "sync call": "#cf222e",
     "idle: host_wait": "#f2a541", "idle: sync_drain": "#e07b91", "idle: bubble": "#f5d76e", "idle: unknown": "#c9c9c9",
 }
+ZOOM = alt.SelectionParameter(name="zoom", select=alt.IntervalSelectionConfig(type="interval", encodings=["x"]),
+                              bind="scales")
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif"
 
 
@@ -57,6 +59,19 @@ def _layered(layers: list[alt.Chart], **properties: Any) -> alt.LayerChart:
     chart.layer = list(layers)
     for name, value in properties.items():
         setattr(chart, name, value)
+    return chart
+
+
+def _zoomable(chart: alt.TopLevelMixin, view: str) -> alt.TopLevelMixin:
+    """Drag to pan and wheel to zoom the time axis (Vega-Lite's interval selection bound to the scales, x only;
+    double-click resets). The selection is declared on the top-level chart for the layer named `view`, as
+    alt.layer would hoist it, but under a fixed name, so the spec is the same however the chart is built."""
+    layers = getattr(chart, "layer", alt.Undefined)
+    if layers is alt.Undefined:
+        chart.params = [ZOOM]
+        return chart
+    layers[0].name = view
+    chart.params = [alt.TopLevelSelectionParameter(name=ZOOM.name, select=ZOOM.select, bind=ZOOM.bind, views=[view])]
     return chart
 
 
@@ -178,7 +193,7 @@ def step_timeline(data: dict[str, Any]) -> alt.Chart | None:
             tooltip=tooltip)
         gpu = base.mark_bar().encode(
             x=x, x2=alt.X2("x1:Q"), y=alt.Y("gpu_ms:Q"), y2=alt.Y2Datum(0), color=color, tooltip=tooltip)
-        chart = alt.layer(wall, gpu)
+        chart = _zoomable(alt.layer(wall, gpu), "steps_wall")
     else:
         long = [{**r, "measure": m, "ms": r[f"{k}_ms"]} for r in rows for m, k in (("wall", "wall"), ("GPU time", "gpu"))]
         tooltip = [alt.Tooltip("start:Q", title="first step"), alt.Tooltip("steps:Q", title="steps averaged"),
@@ -190,6 +205,7 @@ def step_timeline(data: dict[str, Any]) -> alt.Chart | None:
                                       scale=alt.Scale(domain=["wall", "GPU time"], range=[[1, 0], [4, 3]])),
             detail=alt.Detail("measure:N"), tooltip=tooltip,
         ).properties(width=WIDTH - 80, height=240)
+        chart = _zoomable(chart, "steps")
     return _config(chart)
 
 
@@ -395,7 +411,7 @@ def step_lanes(step: dict[str, Any], colors: dict[str, str]) -> alt.LayerChart |
     for name, extra in (("kernels", []), ("costed", [alt.Tooltip("r:N", title="roofline")])):
         if rows[name]:
             layers.append(layer(name, [*kernel_tip, *extra, *merged], kernels=True))
-    chart = _layered(layers, width=WIDTH - 180, height=max(60, LANE_PX * len(lanes)))
+    chart = _zoomable(_layered(layers, width=WIDTH - 180, height=max(60, LANE_PX * len(lanes))), "lanes")
     if step["note"]:  # a coarser drawing says so on the chart itself: the note's clauses, one a line
         head, _, clauses = step["note"].partition(": ")
         chart.title = alt.TitleParams(

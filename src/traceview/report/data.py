@@ -7,13 +7,13 @@ rendered again or compared without the trace.
 
 from __future__ import annotations
 
-import re
+import math
 from concurrent.futures import Future
 from typing import Any, Callable
 
 import duckdb
 
-from traceview import ingest, profiling
+from traceview import profiling
 from traceview.model import db
 from traceview.model.db import dict_rows
 from traceview.report.finding_windows import finding_windows
@@ -28,9 +28,6 @@ TOP_KERNELS = 25
 ROOFLINE_KERNEL_POINTS = 300
 DIAGNOSIS_ROWS = 10  # rows per diagnosis table (largest first)
 COPY_NOTE_PCT = 10.0  # the verdict names copy time once copies fill this share of the active span
-FIX_MIN_WORDS, FIX_MAX_CHARS = 3, 120  # the verdict's one-clause fix: cut at a clause break past its third word
-# the labels rule fixes give their per-profiler parts ('nsys: profile with ...'), by trace format
-FIX_LABELS = {reader.name: reader.fix_labels for reader in ingest.READERS}
 NO_ROOF_WORDS = {
     "no_gpu_spec": "no GPU spec matched; pass --gpu",
     "no_shapes": "no shapes recorded; profile with record_shapes=True (emit_nvtx(record_shapes=True) under nsys)",
@@ -46,13 +43,19 @@ def _one(con: duckdb.DuckDBPyConnection, sql: str, params: list | None = None) -
 
 
 def _trace(con) -> dict[str, Any]:
+    """The files and their ranks. Each file is listed once (one nsys export can hold every rank), and each rank
+    has its own span and steps (`rank_spans`): ranks run side by side, so their times never add up."""
     files = dict_rows(con, "SELECT rank, file, source_format, producer, producer_version, schema_version, world_size, "
                        "time_base, start_ns, end_ns FROM trace_info ORDER BY rank")
     first = files[0] if files else {}
     starts = [f["start_ns"] for f in files if f["start_ns"] is not None]
     ends = [f["end_ns"] for f in files if f["end_ns"] is not None]
+    file_ranks = dict_rows(con, "SELECT * FROM trace_files")
+    rank_spans = dict_rows(con, "SELECT * FROM rank_spans ORDER BY rank")
     return {
-        "files": [f["file"] for f in files],
+        "files": [f["file"] for f in file_ranks],
+        "file_ranks": file_ranks,
+        "rank_spans": rank_spans,
         "format": first.get("source_format"),
         "producer": first.get("producer"),
         "producer_version": first.get("producer_version"),
@@ -100,6 +103,19 @@ def _summary(con) -> dict[str, Any]:
                100.0 * sum(kernel_busy_ns) / nullif(sum(span_ns), 0) AS kernel_busy_pct
         FROM device_activity""")
     summary["copies"] = _memops(con, "memcpy", summary.get("gpu_span_ns"))
+    # the copy KPI: per GPU and direction, since H2D, D2H and D2D cross different links and GPUs run side by
+    # side; the worst (largest share of its GPU's span) is the headline, never an average or a sum
+    directions = dict_rows(con, """
+        SELECT * FROM copy_direction_shares
+        ORDER BY busy_pct DESC NULLS LAST, busy_ns DESC, rank, device_id, direction""")
+    ranks = {d["rank"] for d in directions}
+    for d in directions:
+        d["gpu"] = f"GPU {d['device_id']}" + (f" (rank {d['rank']})" if len(ranks) > 1 else "")
+        # floored to 0.01 %: 99.996 % pinned must not read as all of it
+        d["pinned"] = (None if d["pinned_pct"] is None else "none pinned" if d["pinned_pct"] == 0
+                       else f"{math.floor(d['pinned_pct'] * 100) / 100:.2f}".rstrip("0").rstrip(".") + "% pinned")
+    summary["copies"]["by_direction"] = directions
+    summary["copies"]["worst"] = directions[0] if directions else None
     summary["memsets"] = _memops(con, "memset", summary.get("gpu_span_ns"))
     summary["communication"] = _communication(con)
     return summary
@@ -134,12 +150,26 @@ def _phase_gap(phase: dict[str, Any]) -> str | None:
 
 
 def phase_rows(con) -> list[dict[str, Any]]:
-    """Per phase over all ranks (`phase_totals`), with why a phase has no % of roof in words."""
-    phases = dict_rows(con, "SELECT * FROM phase_totals")
+    """Per phase over all ranks (`phase_totals`), with why a phase has no % of roof in words, and its time per
+    rank: the ranks ran side by side, so `time_ns` (summed over them) is no wall time, but the slowest rank's
+    (`rank_time_max_ns`) bounds the job's and the mean (`rank_time_mean_ns`) is a typical rank's."""
+    phases = dict_rows(con, "SELECT t.*, r.* EXCLUDE (phase) FROM phase_totals t LEFT JOIN phase_rank_times r USING (phase)")
     for phase in phases:
         phase["roofline_gap"] = _phase_gap(phase)
         del phase["no_roof_reason"]
     return sorted(phases, key=lambda p: PHASE_ORDER.index(p["phase"]) if p["phase"] in PHASE_ORDER else 99)
+
+
+def phase_time_words(phase: dict[str, Any]) -> str:
+    """A phase's steps and time as an engineer reads them: '2 steps, 1.94 s' on one rank; across ranks the
+    steps per rank and the slowest rank's time, since summed time over ranks that ran side by side is no wall time."""
+    if (phase.get("ranks") or 1) == 1:
+        return f"{phase['steps']} step{'' if phase['steps'] == 1 else 's'}, {duration(phase['time_ns'])}"
+    low, high = phase["rank_steps_min"], phase["rank_steps_max"]
+    steps = (f"{low} step{'' if low == 1 else 's'} on each of {phase['ranks']} ranks" if low == high
+             else f"{low}-{high} steps per rank on {phase['ranks']} ranks")
+    return (f"{steps}, {duration(phase['rank_time_max_ns'])} on rank {phase['slowest_rank']}, the slowest, "
+            f"{duration(phase['rank_time_mean_ns'])} mean")
 
 
 def step_rows(con) -> list[dict[str, Any]]:
@@ -195,6 +225,7 @@ def _diagnosis(con) -> dict[str, Any]:
         "steady_state": dict_rows(con, """
             SELECT s.rank, s.verdict, s.steps, s.steady_steps, s.warmup_steps, s.init_steps, s.dominant_phase,
                    s.first_steady_step, s.last_steady_step, s.non_steady_ns, s.init_ns, s.init_summary,
+                   s.step_wall_ns, s.outside_init_ns,
                    s.more_steps_needed, coalesce(p.unpriced_steps, 0) AS unpriced_steps,
                    coalesce(p.unpriced_ns, 0) AS unpriced_ns
             FROM steady_state s LEFT JOIN rank_pricing p USING (rank) ORDER BY s.rank"""),
@@ -215,13 +246,18 @@ def _diagnosis(con) -> dict[str, Any]:
                                       "stream_id LIMIT ?", rows),
         "gap_causes": dict_rows(con, """
             SELECT rank, device_id, step_id, start_ns, dur_ns, idle_kind, next_op, host_call, host_call_dur_ns,
-                   cpu_op, issuing_op, python_frame, user_range
+                   cpu_op, issuing_op, python_frame, user_range, covered, cover_kind, cover_name, cover_pct,
+                   untraced_pct
             FROM idle_gap_context ORDER BY dur_ns DESC, rank, start_ns LIMIT ?""", rows),
         "blocking_calls": dict_rows(con, """
             SELECT rank, step_id, name, reason, start_ns, dur_ns, exposed_idle_ns, saving_ns, cpu_op, issuing_op,
                    python_frame, user_range
             FROM blocking_calls ORDER BY saving_ns DESC, dur_ns DESC, rank, start_ns LIMIT ?""", rows),
         "ranks": ranks if len(ranks) > 1 else [],
+        "collective_summary": dict_rows(con, """
+            SELECT rank, kind, message_bytes, workload, parallelism, calls, total_ns, mean_ns, max_ns, variability,
+                   algorithm, protocol, group_size, bus_bytes_per_s, link, pct_of_link, exposed_ns, on_critical_path
+            FROM collective_summary ORDER BY total_ns DESC, rank, kind LIMIT ?""", rows),
         "collectives": dict_rows(con, """
             SELECT family, name, occurrence, participants, min_dur_ns, max_dur_ns, wait_ns, last_rank, start_skew_ns
             FROM collectives WHERE wait_ns > 0 ORDER BY wait_ns DESC, family, occurrence LIMIT ?""", rows),
@@ -248,23 +284,40 @@ def _and(words: list[str]) -> str:
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
 
 
-def _slowest_line(summary: dict[str, Any], phases: list[dict[str, Any]]) -> str:
-    """What is slow: the phase holding the most step time, and how busy the GPU's SMs are."""
-    copies = summary["copies"]
+def _critical_path_words(path: dict[str, Any] | None) -> str:
+    """'; its critical path is compute-bound: 74% compute, 22% host, 4% communication' (kinds of at least 1%)."""
+    if not path:
+        return ""
+    shares = sorted(((100 * path[f"{kind}_ns"] / path["path_ns"], kind) for kind in
+                     ("compute", "host", "copy", "communication")), key=lambda share: (-share[0], share[1]))
+    parts = ", ".join(f"{pct:.0f}% {kind}" for pct, kind in shares if pct >= 1)
+    return f"; its critical path is {path['bound']}-bound: {parts}"
+
+
+def _slowest_line(summary: dict[str, Any], phases: list[dict[str, Any]],
+                  critical_paths: list[dict[str, Any]]) -> str:
+    """What is slow: the phase holding the most step time, how busy the GPU's SMs are, and what bounds that phase's
+    critical path (critical_path_phase_totals)."""
+    worst = summary["copies"]["worst"]
     copy_note = ""
-    if copies["busy_pct"] is not None and (copies["busy_pct"] > summary["kernel_busy_pct"] or copies["busy_pct"] >= COPY_NOTE_PCT):
-        rate = f" at {copies['gbps']:.3g} GB/s" if copies["gbps"] is not None else ""
-        copy_note = f" (copies fill {_share(copies['busy_pct'], 1)}: {size(copies['bytes'])}{rate})"
+    kernel_pct = summary["kernel_busy_pct"]
+    if worst and worst["busy_pct"] is not None and (worst["busy_pct"] >= COPY_NOTE_PCT
+                                                    or (kernel_pct is not None and worst["busy_pct"] > kernel_pct)):
+        rate = f" at {worst['gbps']:.3g} GB/s" if worst["gbps"] is not None else ""
+        link = f", {worst['pct_of_link']:.0f}% of {worst['link']}" if worst["pct_of_link"] is not None else ""
+        pinned = f", {worst['pinned']}" if worst["pinned"] else ""
+        copy_note = (f" ({worst['gpu']}'s {worst['direction']} copies fill {_share(worst['busy_pct'], 1)} of its span: "
+                     f"{size(worst['bytes']) if worst['bytes'] is not None else 'sizes not recorded'}{rate}{link}{pinned})")
     busy = f"GPU busy {_share(summary['kernel_busy_pct'], 1)} of its active span with kernels{copy_note}"
     worked = [p for p in phases if p["phase"] != "empty" and p["time_ns"]]
     if not worked:
         return f"{busy}; no steps were found."
     slowest = max(worked, key=lambda p: (p["time_ns"], p["phase"]))
     total = sum(p["time_ns"] or 0 for p in phases)
-    steps = f"{slowest['steps']} step{'' if slowest['steps'] == 1 else 's'}"
     who = "Steps of no known phase" if slowest["phase"] == "unknown" else f"{slowest['phase'].capitalize()} steps"
     share = _share(100 * slowest["time_ns"] / total)
-    return f"{who} take {share} of the step time ({steps}, {duration(slowest['time_ns'])}); {busy}."
+    path = next((c for c in critical_paths if c["phase"] == slowest["phase"]), None)
+    return f"{who} take {share} of the step time ({phase_time_words(slowest)}){_critical_path_words(path)}; {busy}."
 
 
 def _wall_line(phases: list[dict[str, Any]]) -> str:
@@ -297,29 +350,7 @@ def _bound_basis(phase: dict[str, Any]) -> str:
     return basis
 
 
-def _fix_summary(finding: dict[str, Any], trace_format: str | None) -> str:
-    """The fix in one clause. A fix written in labelled parts ('host wait: ...', 'nsys: ...') gives the part for
-    the budget bucket holding most of the finding's saving, else the part for the trace's profiler; the
-    clause is cut at its first break past the opening words."""
-    text = " ".join(str(finding.get("fix") or "").split())
-    buckets: dict[str, int] = {}
-    for claim in (finding.get("evidence") or {}).get("step_savings") or []:
-        buckets[claim["bucket"]] = buckets.get(claim["bucket"], 0) + claim["ns"]
-    labels = [b.removeprefix("idle_").replace("_", " ") for b in sorted(buckets, key=lambda b: (-buckets[b], b))]
-    for label in labels + list(FIX_LABELS.get(trace_format or "", ())):
-        part = re.search(rf"(?:^|(?<=\. )){re.escape(label)}: (.*?)(?=\. [A-Za-z][\w ]*: |$)", text)
-        if part:
-            text = part.group(1)
-            break
-    text = re.split(r"(?<=[\w)\]'`])\. (?=[A-Z])", text)[0].rstrip(".")
-    breaks = [m.start() for m in re.finditer(r"; |: | \(", text) if len(text[:m.start()].split()) >= FIX_MIN_WORDS]
-    text = text[:breaks[0]] if breaks else text
-    if len(text) > FIX_MAX_CHARS:
-        text = text[:FIX_MAX_CHARS].rsplit(" ", 1)[0] + "…"
-    return text[0].lower() + text[1:] if len(text) > 1 and text[1].islower() else text
-
-
-def _first_fix_line(findings: list[dict[str, Any]], trace_format: str | None) -> str:
+def _first_fix_line(findings: list[dict[str, Any]]) -> str:
     """What to do: the top finding's problem, its fix and what it could save."""
     if not findings:
         return "No rule fired: nothing to fix first."
@@ -328,19 +359,65 @@ def _first_fix_line(findings: list[dict[str, Any]], trace_format: str | None) ->
     saving = (f", up to {duration(top['estimated_saving_ns'])}"
               + (f", {_share(top['share_pct'], 1)} of the span" if top.get("share_pct") is not None else "")
               if top["estimated_saving_ns"] else ", no saving estimated")
-    fix = _fix_summary(top, trace_format)
+    if top.get("at_stake_ns"):
+        saving += f", {duration(top['at_stake_ns'])} at stake"
+    fix = top.get("fix_summary") or ""
+    fix = fix[0].lower() + fix[1:] if fix[1:2].islower() else fix  # a clause inside the line
     return f"Top finding ({top['rule']}{saving}): {title}" + (f"; fix: {fix}." if fix else ".")
+
+
+MOSTLY_STARTUP_PCT = 25.0  # one-time work outside the steps that fills this share of a rank's span leads the verdict
+
+
+def _startup_line(steady_state: list[dict[str, Any]], findings: list[dict[str, Any]],
+                  spans: dict[int, int]) -> str | None:
+    """When no rank holds a steady step and one-time work made steps initialisation: the capture is start-up, with
+    the figures, what was not priced, and how to capture steady state (TV104's fix for this trace). When steps are
+    steady but one-time work outside them outlasts them and fills a quarter of the rank's span (a context created
+    by the first cudaMalloc, modules loaded before the loop): the capture is mostly start-up, and only the steps
+    are priced."""
+    if not steady_state:
+        return None
+    if any(r["steady_steps"] for r in steady_state) or not any(r["init_steps"] for r in steady_state):
+        outside = [r for r in steady_state if r["outside_init_ns"] and r["step_wall_ns"] and spans.get(r["rank"])
+                   and r["outside_init_ns"] >= r["step_wall_ns"]
+                   and 100 * r["outside_init_ns"] >= MOSTLY_STARTUP_PCT * spans[r["rank"]]]
+        if not outside:
+            return None
+        worst = max(outside, key=lambda r: (r["outside_init_ns"], -r["rank"]))
+        who = f"on rank {worst['rank']}, " if len(steady_state) > 1 else ""
+        steps = f"{worst['steps']} step{'' if worst['steps'] == 1 else 's'}"
+        return (f"Mostly start-up: {who}{duration(worst['outside_init_ns'])} of one-time work outside the steps "
+                f"({worst['init_summary']}) against {duration(worst['step_wall_ns'])} in its {steps}; findings price "
+                f"the steps only, and start-up is not a steady-state cost.")
+    ranks = [r for r in steady_state if r["init_steps"]]
+    worst = max(ranks, key=lambda r: (r["init_ns"] or 0, -r["rank"]))
+    who = f"on rank {worst['rank']}, " if len(steady_state) > 1 else ""
+    steps = worst["steps"]
+    states = (f"{'the only step is' if steps == 1 else f'all {steps} steps are'} initialisation" if worst["init_steps"] == steps
+              else f"{worst['init_steps']} of the {steps} steps are initialisation and none is steady")
+    work = (f": one-time work {duration(worst['init_ns'])} of {duration(worst['non_steady_ns'])}"
+            + (f" ({worst['init_summary']})" if worst["init_summary"] else "")) if worst["init_ns"] else ""
+    capture = next((f["fix_summary"] for f in findings if f["rule"] == "TV104"), None)
+    how = f" To measure steady state, {capture}." if capture else " Profile iterations after warm-up to measure steady state."
+    return (f"Start-up, not steady state: {who}{states}{work}; no saving is priced from start-up steps "
+            f"({worst['unpriced_ns'] and duration(worst['unpriced_ns']) or 'none'} left unpriced).{how}")
 
 
 def _verdict(data: dict[str, Any]) -> list[str]:
     """The first screen in three lines: what is slow (the phase with the most step time), which wall it hits
-    and how far from it, and what to do first (the top finding's fix and saving)."""
+    and how far from it, and what to do first (the top finding's fix and saving). A capture of start-up only
+    says so first, instead of a wall that start-up work cannot tell."""
     summary, phases, findings = data["summary"], data["phases"], data["findings"]
-    first_fix = _first_fix_line(findings, data["trace"]["format"])
+    first_fix = _first_fix_line(findings)
     if not summary["kernels"]:
         return ["The trace holds no GPU kernels: nothing about GPU time can be measured.",
                 "See capture health below for what the capture reported.", first_fix]
-    return [_slowest_line(summary, phases), _wall_line(phases), first_fix]
+    spans = {r["rank"]: r["span_ns"] for r in data["trace"]["rank_spans"]}
+    startup = _startup_line(data["diagnosis"]["steady_state"], findings, spans)
+    if startup:
+        return [startup, _slowest_line(summary, phases, data["critical_path"]), first_fix]
+    return [_slowest_line(summary, phases, data["critical_path"]), _wall_line(phases), first_fix]
 
 
 def check_document(trace: str, result: CheckResult) -> dict[str, Any]:
@@ -391,6 +468,7 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult | Future[Ch
         "findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in findings().findings]),
         "capture": lambda cursor: _capture(cursor, findings()),
         "diagnosis": _diagnosis,
+        "critical_path": lambda cursor: dict_rows(cursor, "SELECT * FROM critical_path_phase_totals ORDER BY phase"),
         "timeline": lambda cursor: build_timeline(cursor, focus_step),
     }
 

@@ -12,7 +12,6 @@ expression interpreter instead of generated code), so the Content-Security-Polic
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +23,8 @@ from markupsafe import Markup
 from traceview import units as fmt
 from traceview.errors import TraceviewError
 from traceview.files import user_cache_dir, write_atomically
+from traceview.report import evidence
+from traceview.report.names import short_kernel_names
 from traceview.report.style import PHASE_COLORS, PHASE_ORDER
 from traceview.resources import data_dir
 
@@ -31,7 +32,7 @@ CSP = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline
        "font-src 'none'; connect-src 'none'; media-src 'none'; object-src 'none'; frame-src 'none'; "
        "worker-src 'none'; base-uri 'none'; form-action 'none'")
 _KEEP_LINE = re.compile(r"^(\s+|[-*•] |\d+[.)] )")  # rule text lines that start a new line when unwrapping
-_TIMESTAMP = re.compile(r"(^|_)(start|end|ts)_ns$")  # evidence columns holding trace timestamps
+NAME_WIDTH = 72  # characters of a kernel name in a table cell; the full name is its tooltip
 TEMPLATE_OPTIONS = {"autoescape": True, "trim_blocks": True, "lstrip_blocks": True, "keep_trailing_newline": True}
 
 
@@ -105,8 +106,8 @@ def _environment(directory: str) -> jinja2.Environment:
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "allow_nan": False}
     env.globals.update(
         duration=fmt.duration, number=fmt.number, percent=fmt.percent, size=fmt.size, tflops=fmt.tflops,
-        tbps=fmt.tbps, evidence_fields=evidence_fields, evidence_rows=evidence_rows,
-        evidence_columns=evidence_columns, evidence_value=evidence_value, paragraphs=paragraphs, basename=_basename,
+        tbps=fmt.tbps, evidence_shape=evidence.shape, evidence_value=evidence_value, paragraphs=paragraphs,
+        basename=_basename, name_width=NAME_WIDTH,
         phase_colors=PHASE_COLORS,
     )
     return env
@@ -156,53 +157,16 @@ def _gaps(data: dict[str, Any]) -> list[str]:
     return gaps
 
 
-def evidence_fields(evidence: Any) -> list[tuple[str, Any]]:
-    """The finding's scalar evidence columns (its evidence rows are shown as a table)."""
-    if not isinstance(evidence, dict):
-        return []
-    return [(k, v) for k, v in evidence.items() if k != "rows" or not isinstance(v, list)]
-
-
-def evidence_rows(evidence: Any) -> list[dict[str, Any]]:
-    """Evidence rows as dicts: ``evidence["rows"]`` (or a bare list), scalars wrapped as ``{"value": ...}``."""
-    rows = evidence.get("rows") if isinstance(evidence, dict) else evidence
-    if not isinstance(rows, list):
-        return []
-    return [row if isinstance(row, dict) else {"value": row} for row in rows]
-
-
-def evidence_columns(rows: list[dict[str, Any]]) -> list[str]:
-    """Every column of the evidence rows, in first-seen order."""
-    columns: dict[str, None] = {}
-    for row in rows:
-        columns.update(dict.fromkeys(row))
-    return list(columns)
-
-
 def evidence_value(key: str, value: Any, origin_ns: int | None = None) -> str:
-    """An evidence value with the unit its column name states (``_ns``, ``_pct``, ``_bytes``, ...).
+    """An evidence value with the unit its column name states (``_ns``, ``_pct``, ``_bytes``, ...); timestamps
+    (``start_ns``, ``end_ns``, ``ts_ns``) from the trace start when it is known (:mod:`report.evidence`)."""
+    return evidence.value_text(key, value, origin_ns)
 
-    Timestamps (``start_ns``, ``end_ns``, ``ts_ns``) are shown from the trace start when it is known.
-    """
-    if value is None:
-        return ""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
-    if _TIMESTAMP.search(key):
-        return f"+{fmt.duration(value - origin_ns)}" if origin_ns is not None else f"{fmt.number(value)} ns"
-    if key.endswith("_ns"):
-        return fmt.duration(value)
-    if key.endswith("_ms"):
-        return fmt.duration(value * 1e6)
-    if key.endswith("_pct") or key.startswith("pct_"):
-        return fmt.percent(value)
-    if key.endswith("bytes"):
-        return fmt.size(value)
-    if key.endswith("tflops"):
-        return fmt.tflops(value)
-    if key.endswith("tbps"):
-        return fmt.tbps(value)
-    return fmt.number(value) if isinstance(value, int) or value.is_integer() else f"{value:,.4g}"
+
+def _kernel_rows(kernels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The top kernels with the short name the table shows: shortened together, so no two rows read the same."""
+    short = short_kernel_names((k["name"] or k["short_name"] or "" for k in kernels), NAME_WIDTH)
+    return [{**k, "label": short.get(k["name"] or k["short_name"] or "", k["short_name"] or "")} for k in kernels]
 
 
 def paragraphs(text: str) -> list[str]:
@@ -221,12 +185,14 @@ def paragraphs(text: str) -> list[str]:
 
 
 def _finding_groups(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Findings grouped by rule (in rank order of each rule's first finding), so a rule's fix is shown once."""
+    """Findings grouped by rule (in rank order of each rule's first finding), so a rule's fix is shown once: the
+    variant the first finding's facts chose; a finding whose facts chose another says so itself."""
     groups: dict[str, dict[str, Any]] = {}
     for number, finding in enumerate(findings, start=1):
         group = groups.setdefault(finding["rule"], {
             "rule": finding["rule"], "name": finding.get("name"), "title": finding["title"],
-            "severity": finding["severity"], "fix": finding.get("fix"), "doc": finding.get("doc"),
+            "severity": finding["severity"], "fix": finding.get("fix"), "fix_summary": finding.get("fix_summary"),
+            "fix_basis": finding.get("fix_basis") or [], "doc": finding.get("doc"),
             "saving_ns": 0, "findings": []})
         group["saving_ns"] += finding.get("estimated_saving_ns") or 0
         group["findings"].append({"number": number, **finding})
@@ -270,5 +236,6 @@ def render(data: dict[str, Any], templates_dir: str | Path | None = None) -> str
         data=data, charts=specs, csp=CSP, has_gpu=bool(data["summary"]["kernels"]), gaps=_gaps(data),
         peaks=_peaks(data["gpu"]), columns=_columns(data), category_table=_category_table(data),
         finding_groups=_finding_groups(data["findings"]), step_bucket=charts.step_bucket(len(data["steps"])),
+        kernel_rows=_kernel_rows(data["top_kernels"]),
         vega_js=Markup(vega_javascript()) if specs else Markup(""),
     )

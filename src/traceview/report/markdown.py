@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceview.report import evidence
+from traceview.report.names import short_kernel_names
 from traceview.units import duration, number, percent, size
 
 TOP_FINDINGS = 10
 TOP_KERNELS = 10
 MAX_NAME = 80
+EVIDENCE_ROWS = 5  # rows of each evidence list in the comment; the HTML shows more
 
 
 def cell(value: Any, limit: int = MAX_NAME) -> str:
@@ -55,18 +58,48 @@ def _where(finding: dict[str, Any]) -> str:
             else f"rank {window['rank']}, outside steps")
 
 
+def _evidence_lines(index: int, finding: dict[str, Any], origin_ns: int | None) -> list[str]:
+    """A finding's evidence folded under its number: labelled values with units, each list of rows one line a
+    row or a small table (report/evidence.py), at most EVIDENCE_ROWS rows each."""
+    fields, tables = evidence.shape(finding.get("evidence"), origin_ns, MAX_NAME)
+    if not fields and not tables:
+        return []
+    lines = ["", f"<details><summary>#{index} {cell(finding['rule'])} evidence</summary>", ""]
+    if fields:
+        lines.append(" · ".join(f"{cell(f.label)} **{cell(f.value.text, 160)}**" for f in fields))
+    for t in tables:
+        note = f" ({cell(t.note, 200)})" if t.note else ""
+        more = t.more + max(0, len(t.lines or t.rows) - EVIDENCE_ROWS)
+        lines += ["", f"{cell(t.label)}{note}:", ""]
+        if t.lines:
+            lines += [f"- {' · '.join(cell(c.text, 120) for c in line)}" for line in t.lines[:EVIDENCE_ROWS]]
+        else:
+            lines += ["| " + " | ".join(cell(name) for _, name in t.columns) + " |",
+                      "|" + "".join("---:|" if any(r[i].sort is not None for r in t.rows) else "---|"
+                                    for i in range(len(t.columns)))]
+            lines += ["| " + " | ".join(cell(c.text, 60) for c in row) + " |" for row in t.rows[:EVIDENCE_ROWS]]
+        if more:
+            lines.append(f"{'- ' if t.lines else ''}… and {more} more")
+    return lines + ["", "</details>"]
+
+
 def _busy_lines(summary: dict[str, Any]) -> list[str]:
     """Kernel busy time, copies and memsets, and communication under compute: each its own figure."""
     rows = ["| GPU work | count | busy | of active span | bytes | GB/s |", "|---|---:|---:|---:|---:|---:|",
             f"| kernels | {number(summary['kernels'])} | {duration(summary['kernel_busy_ns'])} "
             f"| {percent(summary['kernel_busy_pct'])} | | |"]
-    for label, key in (("copies", "copies"), ("memsets", "memsets")):
-        ops = summary[key]
-        if ops["count"]:
-            rows.append(f"| {label} | {number(ops['count'])} | {duration(ops['busy_ns'])} | {_small_percent(ops['busy_pct'])} "
-                        f"| {size(ops['bytes'])} | {_rate(ops['gbps'])} |")
-            rows += [f"| ↳ {cell(k['copy_kind'])} | {number(k['count'])} | {duration(k['time_ns'])} | | {size(k['bytes'])} "
-                     f"| {_rate(k['gbps'])} |" for k in ops["by_kind"]]
+    # copies per GPU and direction (each against its own GPU's span and link), worst first: never summed
+    for d in summary["copies"]["by_direction"]:
+        link = f"{percent(d['pct_of_link'])} of {d['link']}" if d["pct_of_link"] is not None else "link peak not known"
+        pinned = f", {d['pinned']}" if d["pinned"] else ""
+        rows.append(f"| copies, {d['gpu']} {cell(d['direction'])} ({cell(link)}{pinned}) | {number(d['copies'])} "
+                    f"| {duration(d['busy_ns'])} | {_small_percent(d['busy_pct'])} | {size(d['bytes'])} | {_rate(d['gbps'])} |")
+    ops = summary["memsets"]
+    if ops["count"]:
+        rows.append(f"| memsets | {number(ops['count'])} | {duration(ops['busy_ns'])} | {_small_percent(ops['busy_pct'])} "
+                    f"| {size(ops['bytes'])} | {_rate(ops['gbps'])} |")
+        rows += [f"| ↳ {cell(k['copy_kind'])} | {number(k['count'])} | {duration(k['time_ns'])} | | {size(k['bytes'])} "
+                 f"| {_rate(k['gbps'])} |" for k in ops["by_kind"]]
     comm = summary["communication"]
     if comm:
         total = sum(c["comm_ns"] for c in comm)
@@ -103,40 +136,79 @@ def _diagnosis_lines(diagnosis: dict[str, Any]) -> list[str]:
                                if b[key] else "—" for _, key in used) + " |" for b in budget]
     gaps = diagnosis["gap_causes"][:3]
     if gaps:
-        lines += ["", "Longest GPU idle gaps and the host work under them:"]
+        lines += ["", "Longest GPU idle gaps and the host work that covers them:"]
         for g in gaps:
-            where = ", ".join(cell(v, 100) for v in (g["host_call"], g["issuing_op"], g["python_frame"], g["user_range"])
-                              if v)
             lines.append(f"- {duration(g['dur_ns'])} ({g['idle_kind']}) on rank {g['rank']} GPU {g['device_id']}"
-                         + (f": {where}" if where else ""))
+                         + _gap_cover(g))
     lines.append("")
     return lines
 
 
+def _gap_cover(gap: dict[str, Any]) -> str:
+    """': 98% under python_frame forward (model.py:120)', or what little is known when nothing covers half the gap."""
+    if gap.get("cover_name") is None:
+        return ""
+    what = f"{gap['cover_kind'].replace('_', ' ')} {cell(gap['cover_name'], 100)}"
+    if gap.get("covered"):
+        return f": {percent(gap['cover_pct'])} under {what}"
+    untraced = f"{percent(gap['untraced_pct'])} untraced host time, " if gap.get("untraced_pct") is not None else ""
+    return f": {untraced}the widest event {what} covers {percent(gap['cover_pct'])}"
+
+
+def _trace_lines(trace: dict[str, Any], gpu: dict[str, Any], summary: dict[str, Any]) -> list[str]:
+    """The header: each file once with the ranks it holds, and across ranks each rank's own steps and span."""
+    multi = len(trace["rank_spans"]) > 1
+
+    def label(entry: dict[str, Any]) -> str:
+        ranks = entry["ranks"]
+        name = cell(entry["file"].rsplit("/", 1)[-1], 120)
+        return f"{name} (rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))})" if multi else name
+
+    files = ", ".join(label(entry) for entry in trace["file_ranks"][:4])
+    more = f" (+{len(trace['file_ranks']) - 4} more)" if len(trace["file_ranks"]) > 4 else ""
+    gpu_line = cell(gpu.get("spec_name") or gpu.get("name") or "unknown GPU")
+    span = f"{len(trace['rank_spans'])} ranks side by side over {duration(trace['span_ns'])}" if multi \
+        else f"span {duration(trace['span_ns'])}"
+    lines = [f"**Trace** {files}{more} · {cell(trace['format'])} {cell(trace['producer_version'] or '')} · "
+             f"**GPU** {gpu_line} · {span} · {number(summary['kernels'])} kernels", ""]
+    if multi:
+        lines += ["**Ranks** " + " · ".join(
+            f"rank {r['rank']}: {number(r['steps'])} step{'' if r['steps'] == 1 else 's'} over {duration(r['span_ns'])}"
+            for r in trace["rank_spans"]), ""]
+    return lines
+
+
+def _phase_line(p: dict[str, Any], multi: bool) -> str:
+    """A phase row; across ranks its steps and wall time per rank, never summed over ranks that ran side by side."""
+    bound = f"{p['bound']} ({p['bound_source'].replace('_', ' ')})" if p["bound"] else "unknown"
+    steps, wall = number(p["steps"]), duration(p["time_ns"])
+    if multi:
+        low, high = p["rank_steps_min"], p["rank_steps_max"]
+        steps += f" ({low if low == high else f'{low}-{high}'} per rank)"
+        wall = f"{duration(p['rank_time_max_ns'])} (rank {p['slowest_rank']}), mean {duration(p['rank_time_mean_ns'])}"
+    return (f"| {p['phase']} | {steps} | {wall} | {_time_cell(p.get('kernel_busy_ns'))} "
+            f"| {_time_cell(p.get('copy_busy_ns'))} | {bound} | {percent(p['pct_of_roof'])} "
+            f"| {number(p['achieved_tbps'], 2)} | {number(p['achieved_tflops'], 1)} |")
+
+
 def render(data: dict[str, Any]) -> str:
     trace, gpu, summary = data["trace"], data["gpu"], data["summary"]
-    files = ", ".join(cell(f.rsplit("/", 1)[-1], 120) for f in trace["files"][:4])
-    more = f" (+{len(trace['files']) - 4} more)" if len(trace["files"]) > 4 else ""
-    gpu_line = cell(gpu.get("spec_name") or gpu.get("name") or "unknown GPU")
     lines = [
         "## traceview report",
         "",
-        f"**Trace** {files}{more} · {cell(trace['format'])} {cell(trace['producer_version'] or '')} · "
-        f"**GPU** {gpu_line} · span {duration(trace['span_ns'])} · {number(summary['kernels'])} kernels",
-        "",
+        *_trace_lines(trace, gpu, summary),
         *[f"> {cell(line, 400)}" for line in data["verdict"]],
         "",
     ]
     if summary["kernels"] or summary["memops"]:
         lines += _busy_lines(summary)
     if data["phases"]:
-        lines += ["| phase | steps | wall | kernel busy | copies | bound | % of roof | TB/s | TFLOP/s |",
+        multi = len(trace["rank_spans"]) > 1
+        summed = " (Σ ranks)" if multi else ""
+        lines += [f"| phase | steps | wall{' per rank: slowest, mean' if multi else ''} | kernel busy{summed} "
+                  f"| copies{summed} | bound | % of roof | TB/s | TFLOP/s |",
                   "|---|---:|---:|---:|---:|---|---:|---:|---:|"]
-        for p in data["phases"]:
-            bound = f"{p['bound']} ({p['bound_source'].replace('_', ' ')})" if p["bound"] else "unknown"
-            lines.append(f"| {p['phase']} | {number(p['steps'])} | {duration(p['time_ns'])} | {_time_cell(p.get('kernel_busy_ns'))} "
-                         f"| {_time_cell(p.get('copy_busy_ns'))} | {bound} | {percent(p['pct_of_roof'])} "
-                         f"| {number(p['achieved_tbps'], 2)} | {number(p['achieved_tflops'], 1)} |")
+        lines += [_phase_line(p, multi) for p in data["phases"]]
         unknown: dict[str, list[str]] = {}
         for p in data["phases"]:
             if p.get("roofline_gap"):
@@ -149,12 +221,14 @@ def render(data: dict[str, Any]) -> str:
     lines.append(f"### Findings ({len(findings)})")
     lines.append("")
     if findings:
-        lines += ["| rule | severity | saving | where | finding |", "|---|---|---:|---|---|"]
+        lines += ["| rule | severity | saving | where | finding | fix |", "|---|---|---:|---|---|---|"]
         for f in findings[:TOP_FINDINGS]:
             lines.append(f"| {f['rule']} | {f['severity']} | {_time_cell(f['estimated_saving_ns'])} | {_where(f)} "
-                         f"| {cell(f['message'], 300)} |")
+                         f"| {cell(f['message'], 300)} | {cell(f.get('fix_summary') or '', 200)} |")
         if len(findings) > TOP_FINDINGS:
-            lines.append(f"| | | | | … {len(findings) - TOP_FINDINGS} more in the HTML/JSON report |")
+            lines.append(f"| | | | | … {len(findings) - TOP_FINDINGS} more in the HTML/JSON report | |")
+        for index, f in enumerate(findings[:TOP_FINDINGS], start=1):
+            lines += _evidence_lines(index, f, data["trace"].get("start_ns"))
     else:
         lines.append("No findings.")
     lines.append("")
@@ -162,8 +236,11 @@ def render(data: dict[str, Any]) -> str:
         lines += _diagnosis_lines(data["diagnosis"])
     if data["top_kernels"]:
         lines += ["### Top kernels", "", "| kernel | category | count | time | share |", "|---|---|---:|---:|---:|"]
-        for k in data["top_kernels"][:TOP_KERNELS]:
-            lines.append(f"| {cell(k['short_name'])} | {cell(k['category'])} | {number(k['count'])} "
+        top = data["top_kernels"][:TOP_KERNELS]
+        short = short_kernel_names((k["name"] or k["short_name"] or "" for k in top), MAX_NAME)
+        for k in top:
+            lines.append(f"| {cell(short.get(k['name'] or k['short_name'] or '', k['short_name']))} "
+                         f"| {cell(k['category'])} | {number(k['count'])} "
                          f"| {duration(k['time_ns'])} | {percent(k['share_pct'])} |")
         lines.append("")
     skipped = data["capture"]["skipped_rules"]
