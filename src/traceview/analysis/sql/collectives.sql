@@ -155,7 +155,11 @@ tp_ranks AS (
 sharded_embedding_ranks AS (
     -- all-to-all beside pooled embedding lookups (recsys model parallelism: TorchRec/fbgemm table-batched
     -- embeddings) and no mixture-of-experts work: the all-to-alls move embedding shards, not expert tokens
-    SELECT rank FROM (SELECT rank, name FROM kernels UNION ALL SELECT rank, name FROM ranges WHERE kind = 'cpu_op')
+    -- (looked for only on ranks that run an all-to-all, over distinct names)
+    SELECT rank FROM (SELECT DISTINCT rank, name FROM kernels
+                      WHERE rank IN (SELECT rank FROM kinded WHERE kind = 'all_to_all')
+                      UNION SELECT DISTINCT rank, name FROM ranges
+                      WHERE kind = 'cpu_op' AND rank IN (SELECT rank FROM kinded WHERE kind = 'all_to_all'))
     GROUP BY rank
     HAVING bool_or(regexp_matches(name, '(?i)embedding_?bag|split_embedding|embedding_codegen'))
        AND NOT bool_or(regexp_matches(name, '(?i)(^|[^a-z])(moe|experts?)([^a-z]|$)|fused_moe|grouped_?gemm|topk_gating'))
