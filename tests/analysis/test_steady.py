@@ -78,7 +78,7 @@ def test_jit_compilation_makes_a_single_run_start_up_and_the_verdict_says_so(tmp
     document = workflow.report(trace, workflow.CheckOptions.configured(baseline=False))
     assert all(f["estimated_saving_ns"] == 0 for f in document["findings"])
     first = document["verdict"][0]
-    assert first.startswith("Start-up, not steady state: the only step is initialisation: one-time work 400 ms")
+    assert first.startswith("Start-up, not steady state: the only step is initialisation: 400 ms of one-time work")
     assert "FusionExecutorCache::compileFusion" in first and "no saving is priced" in first
     how = ("record steady iterations with torch.profiler.schedule(wait=1, warmup=2, active=3) and prof.step()"
            if writer is write_kineto else "start the capture after warm-up: nsys --capture-range=cudaProfilerApi "

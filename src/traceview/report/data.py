@@ -396,12 +396,12 @@ def _startup_line(steady_state: list[dict[str, Any]], findings: list[dict[str, A
     steps = worst["steps"]
     states = (f"{'the only step is' if steps == 1 else f'all {steps} steps are'} initialisation" if worst["init_steps"] == steps
               else f"{worst['init_steps']} of the {steps} steps are initialisation and none is steady")
-    work = (f": one-time work {duration(worst['init_ns'])} of {duration(worst['non_steady_ns'])}"
+    work = (f": {duration(worst['init_ns'])} of one-time work"
             + (f" ({worst['init_summary']})" if worst["init_summary"] else "")) if worst["init_ns"] else ""
     capture = next((f["fix_summary"] for f in findings if f["rule"] == "TV104"), None)
     how = f" To measure steady state, {capture}." if capture else " Profile iterations after warm-up to measure steady state."
     return (f"Start-up, not steady state: {who}{states}{work}; no saving is priced from start-up steps "
-            f"({worst['unpriced_ns'] and duration(worst['unpriced_ns']) or 'none'} left unpriced).{how}")
+            f"({duration(worst['unpriced_ns'])} of step time left unpriced).{how}")
 
 
 def _verdict(data: dict[str, Any]) -> list[str]:
