@@ -275,6 +275,22 @@ def test_diff_output_follows_its_registry(tmp_path: Path) -> None:
     assert "Base and head did the same GPU work, to the nanosecond." in page
 
 
+def test_diff_output_extension_picks_the_format_when_none_is_given(tmp_path: Path) -> None:
+    """`diff -o d.html` is the HTML page, `-o d.json` the JSON, `-o d.md` the Markdown (the default format),
+    each alone; an explicit --format that excludes the extension is still a one-line error."""
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    base = write_kineto(llm_serving_spec(), tmp_path / "base.json")
+    for name, starts in (("d.html", "<!doctype html>"), ("d.json", "{"), ("d.md", "## traceview diff")):
+        target = tmp_path / name
+        result = traceview_cli("diff", base, base, "-o", target)
+        assert (result.returncode, wrote(result)) == (0, [str(target)]), result.stderr
+        assert target.read_text().lstrip().lower().startswith(starts.lower())
+    assert json.loads((tmp_path / "d.json").read_text())["verdict"] == "neutral"
+    assert_one_line_error(traceview_cli("diff", base, base, "--format", "md", "-o", tmp_path / "x.html"),
+                          "x.html: a .html file is the html format, which --format md does not include")
+
+
 def test_query_csv_writes_nested_cells_as_json(tmp_path: Path) -> None:
     from traceview.testing import llm_serving_spec, write_kineto
 

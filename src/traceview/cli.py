@@ -456,6 +456,11 @@ def report(trace: Path | None, output: str | None, formats: str, focus_step: str
         _write(outputs, data, renders)
 
 
+def _given(ctx: click.Context, name: str) -> bool:
+    """Whether the user set option `name` (on the command line or in the environment), not its default."""
+    return ctx.get_parameter_source(name) not in (click.core.ParameterSource.DEFAULT, None)
+
+
 def _audit_outputs(func):
     """One `--FLAG PATH` per audit format that has a flag in the registry (--json, --junit, --markdown)."""
     for renderer in reversed([r for r in AUDIT.renderers.values() if r.flag]):
@@ -588,8 +593,8 @@ def _diff_sides(runs: tuple[Path, ...], base: tuple[Path, ...], head: tuple[Path
               help="A run of the base side (trace, rank directory or JSON report); repeat for several runs.")
 @click.option("--head", "head_runs", multiple=True, type=click.Path(path_type=Path), metavar="RUN",
               help="A run of the head side; repeat for several runs.")
-@click.option("-o", "--output", help="The diff file; its extension picks its format, other formats land beside it. "
-                                     "Default: stdout for one format.")
+@click.option("-o", "--output", help="The diff file; its extension picks its format (d.html: HTML, d.json: JSON), "
+                                     "other --format formats land beside it. Default: stdout for one format.")
 @click.option("--format", "formats", default=",".join(DIFF.defaults()), show_default=True, help=_formats_help(DIFF))
 @click.option("--fail-on-regression", "fail_on_regression", metavar="PCT",
               help="Exit 1 when a phase's median step time is slower by PCT or more (e.g. 5%) with confidence: its "
@@ -622,7 +627,7 @@ def diff(runs: tuple[Path, ...], base_runs: tuple[Path, ...], head_runs: tuple[P
     limit = _percent_option(fail_on_regression)
     level = _confidence_option(confidence)
     base, head = _diff_sides(runs, base_runs, head_runs)
-    chosen = DIFF.parse(formats)
+    chosen = DIFF.chosen(formats, output, _given(click.get_current_context(), "formats"))
     options = workflow.CheckOptions.configured(_analysis(kwargs), *_rule_setup(kwargs))
     if output is None and len(chosen) == 1:
         output = "-"

@@ -107,6 +107,12 @@ class Registry:
         """The format whose files end in `suffix` ('.md'), or None."""
         return next((r for r in self.renderers.values() if "." + r.extension == suffix.lower()), None)
 
+    def chosen(self, text: str, output: str | None, given: bool) -> tuple[Renderer, ...]:
+        """The formats to write: --format's when given; otherwise an -o whose extension is a format's (`d.html`)
+        picks that format, like the default list would (`report -o run.md`), else the defaults."""
+        named = self.for_extension(Path(output).suffix) if output and output != "-" and not given else None
+        return (named,) if named is not None and named.name not in self.defaults() else self.parse(text)
+
     def parse(self, text: str) -> tuple[Renderer, ...]:
         """`--format html,md`: the named formats, each once, in the order given."""
         names = tuple(dict.fromkeys(f.strip().lower() for f in text.split(",") if f.strip()))
