@@ -47,6 +47,11 @@ CREATE OR REPLACE MACRO _cp_later(a, b) AS CASE WHEN a IS NULL OR b IS NULL THEN
 
 CREATE OR REPLACE MACRO _cp_earlier(a, b) AS CASE WHEN a IS NULL OR b IS NULL THEN NULL WHEN a <= b THEN a ELSE b END;
 
+-- the steps walked: at most 20,000 GPU ops (a longer one, a window over a whole long run with no step marker,
+-- would cut its walk at the cap anyway), and the ranks that have one: only their nodes become ports
+CREATE OR REPLACE TEMP TABLE _cp_walked AS
+SELECT rank, step_id FROM gpu_activity WHERE step_id IS NOT NULL GROUP BY ALL HAVING count(*) <= 20000;
+
 CREATE OR REPLACE TEMP TABLE _cp_ports AS
 WITH ops AS (
     SELECT a.rank, a.device_id, a.stream_id, CASE a.kind WHEN 'kernel' THEN 0 ELSE 1 END AS ptype,
@@ -57,6 +62,7 @@ WITH ops AS (
                 ELSE 'copy' END AS kind
     FROM gpu_activity a
     LEFT JOIN memops m ON a.kind = 'memop' AND m.rank = a.rank AND m.memop_id = a.activity_id
+    WHERE a.rank IN (SELECT rank FROM _cp_walked)
 ),
 first_ids AS (
     -- memops, and kernels with no linked launch: the first call of their correlation id (call ids run in start
@@ -124,11 +130,13 @@ rank_ends AS (
     FROM linked WHERE rank IN (SELECT rank FROM host_blocking_calls())
     GROUP BY rank, end_ns
 ),
-timed_calls AS (SELECT rank, pid, tid, call_id, end_ns FROM api_calls WHERE dur_ns > 0),
+timed_calls AS (
+    SELECT rank, pid, tid, call_id, end_ns FROM api_calls WHERE dur_ns > 0 AND rank IN (SELECT rank FROM _cp_walked)
+),
 hosted AS MATERIALIZED (
     -- each call with the thread's previous call
     SELECT c.rank, c.call_id, c.pid, c.start_ns, c.end_ns, p.call_id AS p_id
-    FROM api_calls c
+    FROM (SELECT * FROM api_calls WHERE rank IN (SELECT rank FROM _cp_walked)) c
     ASOF LEFT JOIN timed_calls p ON p.rank = c.rank AND p.pid = c.pid AND p.tid = c.tid AND c.start_ns >= p.end_ns
 ),
 synced AS (
@@ -170,6 +178,7 @@ WITH RECURSIVE roots AS (
                    (a.end_ns, a.start_ns, CASE a.kind WHEN 'kernel' THEN 1 ELSE 0 END, a.activity_id)) AS op
     FROM gpu_activity a
     JOIN steps s ON s.rank = a.rank AND s.step_id = a.step_id
+    SEMI JOIN _cp_walked w ON w.rank = a.rank AND w.step_id = a.step_id
     GROUP BY a.rank, a.step_id, s.start_ns
 ),
 walk AS (
@@ -261,12 +270,14 @@ CASE WHEN compute_ns >= _cp_later(_cp_later(communication_ns, copy_ns), host_ns)
 --   step_id: steps.step_id
 --   phase: steps.phase
 --   priced: whether findings may price the step (step_windows.priced of any piece it owns)
---   complete: the walk reached the path's start; false when it stopped after 20,000 nodes (one window over a
---     whole long run, with no step markers), so the figures cover only the path's tail and bound is NULL
+--   complete: the walk reached the path's start; false when the step has more than 20,000 GPU ops (not walked:
+--     its path figures are NULL) or its walk stopped after 20,000 nodes (the figures cover only the path's tail):
+--     one window over a whole long run with no step markers; bound is NULL then
 --   path_start_ns: where the path starts: its first node's start, or the step's start (steps.start_ns) when the
 --     chain reaches back past it
 --   path_end_ns: the end of the step's last-ending GPU op (steps.gpu_end_ns)
---   path_ns: path_end_ns - path_start_ns = the sum of the step's critical_path_segments
+--   path_ns: path_end_ns - path_start_ns = the sum of the step's critical_path_segments; NULL, as the figures
+--     below, for a step too long to walk
 --   compute_ns: Σ compute segments, ns
 --   communication_ns: Σ communication segments, ns
 --   copy_ns: Σ copy segments, ns
@@ -303,6 +314,14 @@ paths AS (
     FROM sums s
     JOIN steps t ON t.rank = s.rank AND t.step_id = s.step_id
     LEFT JOIN priced p ON p.rank = s.rank AND p.step_id = s.step_id
+    UNION ALL
+    -- steps too long to walk: no path, said as unknown
+    SELECT g.rank, g.step_id, t.phase, coalesce(p.priced, false), false, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, 0
+    FROM (SELECT DISTINCT rank, step_id FROM gpu_activity WHERE step_id IS NOT NULL) g
+    JOIN steps t ON t.rank = g.rank AND t.step_id = g.step_id
+    LEFT JOIN priced p ON p.rank = g.rank AND p.step_id = g.step_id
+    WHERE NOT EXISTS (SELECT 1 FROM _cp_walked w WHERE w.rank = g.rank AND w.step_id = g.step_id)
 )
 SELECT rank, step_id, phase, priced, complete, path_start_ns, path_end_ns, path_ns, compute_ns, communication_ns,
        copy_ns, memset_ns, host_ns, launch_latency_ns,
@@ -314,6 +333,8 @@ FROM paths
 ORDER BY rank, step_id;
 
 DROP TABLE _cp_cut;
+
+DROP TABLE _cp_walked;
 
 -- table critical_path_by_phase: one row per rank and phase with a priced step whose critical path is complete
 --   rank: trace rank
