@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                  for r in by_tree.values()]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if hta is not None:
-        lines.append(f"| HTA 10x (load + temporal, kernel, idle breakdowns) | "
+        lines.append("| HTA 10x (load + temporal, kernel, idle breakdowns) | "
                      + " | ".join([f"{hta['wall_s']:.2f} / {hta['cpu_s']:.2f} / {hta['rss_mb']:,.0f}"] * len(trees))
                      + " |")
     if args.profile:
