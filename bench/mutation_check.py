@@ -31,7 +31,7 @@ class Mutation(NamedTuple):
 
 
 MUTATIONS = (
-    Mutation("M1", "every idle gap one nanosecond short", "src/traceview/analysis/activity.py",
+    Mutation("M1", "every idle gap one nanosecond short", "src/traceview/analysis/sql/activity.sql",
              "start_ns - prev_end_ns AS dur_ns", "start_ns - prev_end_ns - 1 AS dur_ns",
              ("tests/analysis/test_activity.py", "tests/analysis/test_host_context.py", "tests/rules")),
     Mutation("M2", "H100 SXM bf16 peak set to the 2:4-sparse figure", "hardware/h100-sxm.toml",
@@ -43,7 +43,7 @@ MUTATIONS = (
     Mutation("M4", "the Markdown renderer drops the top finding", "src/traceview/report/markdown.py",
              "for f in findings[:TOP_FINDINGS]:", "for f in findings[1:TOP_FINDINGS]:",
              ("tests/report/test_report_data.py", "tests/report/test_findings_windows.py", "tests/test_cli.py")),
-    Mutation("M5", "annotated prefill steps labelled decode", "src/traceview/analysis/phases.py",
+    Mutation("M5", "annotated prefill steps labelled decode", "src/traceview/analysis/sql/steps.sql",
              "WHEN coalesce(pr, pt, 0) > 0 THEN 'prefill'", "WHEN coalesce(pr, pt, 0) > 0 THEN 'decode'",
              ("tests/analysis/test_phases.py", "tests/analysis/test_steady.py", "tests/test_corpus.py")),
     Mutation("M6", "aten::mm FLOPs counted as M*N*K, not 2*M*N*K", "src/traceview/analysis/op_costs.toml",
@@ -65,7 +65,7 @@ MUTATIONS = (
              'start AS start_ns, "end" AS end_ns, coalesce(d.value', 'start AS start_ns, "end" - 1 AS end_ns, coalesce(d.value',
              ("tests/ingest/test_nsys.py", "tests/ingest/test_parity.py", "tests/ingest/test_generated.py")),
     Mutation("M12", "findings ranked smallest saving first", "src/traceview/rules/engine.py",
-             "kept.sort(key=lambda f: (-f.estimated_saving_ns,", "kept.sort(key=lambda f: (f.estimated_saving_ns,",
+             "kept.sort(key=lambda f: (-f.rank_ns,", "kept.sort(key=lambda f: (f.rank_ns,",
              ("tests/rules/test_engine.py", "tests/rules/test_step_savings.py", "tests/test_corpus.py")),
     Mutation("M13", "the report document drops the top finding", "src/traceview/report/data.py",
              '"findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in findings().findings]),',
