@@ -352,7 +352,10 @@ def test_fuser_h200_to_h100_shows_the_gpu_change_and_kernel_churn(fuser: tuple[d
     assert "(h200)" in page and "(h100-sxm)" in page
     assert "NVIDIA__Fuser__report2.sqlite" in page and "NVIDIA__Fuser__report2_df8f397.sqlite" in page
     rows = kernel_rows(page)
-    assert len(rows) == len(diff["kernels"]) == 4
+    # 3, not 4: vectorized_elementwise_kernel (13 launches a side, +6.1% total time) is compared per launch now
+    # (issue 32), and its median launch time did not move beyond noise, so it is no longer listed as slower
+    assert len(rows) == len(diff["kernels"]) == 3
+    assert "vectorized_elementwise_kernel" not in {k["kernel"] for k in diff["kernels"]}
     new = next(r for r in rows if "nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN" in r)
     gone = next(r for r in rows if "nvjet_hsh_256x128_64x4_1x2_h_bz_coopA_NTT" in r)
     assert '<span class="badge new">new</span>' in new and "+90.2 µs" in new and "0 → 1" in new

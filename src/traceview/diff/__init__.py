@@ -4,7 +4,8 @@ be several traces, rank directories or saved JSON reports (CI can keep small JSO
 Steps are pooled per phase with their run kept (stats.py: a bootstrap over runs, then steps), the
 sides are checked for comparability first (comparability.py), and each phase's change in mean step
 time is split into parts that add up (attribution.py). Kernels match by family (short name and
-category), compared per run.
+category) and are compared per launch (median and p90 launch time, bootstrapped over runs, then launches)
+and, separately, by launch count: a family that only ran fewer launches in the same window is no faster.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from traceview import units
 from traceview.diff import attribution, comparability, stats
 
 DIFF_VERSION = 2
-KERNEL_STATUSES = ("slower", "new", "gone", "faster")
+KERNEL_STATUSES = ("slower", "new", "gone", "faster", "count")  # count: only the launch count moved
+KERNEL_RESAMPLES = 1000  # per family: families are many, and each interval needs less precision than a step verdict
 
 
 def _pct(base: float | None, head: float | None) -> float | None:
@@ -94,34 +96,97 @@ def _overall(phases: list[dict[str, Any]], comparable: dict[str, Any]) -> tuple[
     return "neutral", [f"{p['phase']}: {p['reason']}" for p in judged] + unjudged
 
 
-def _families(reports: list[dict]) -> dict[tuple[str, str], dict[str, float]]:
-    """Per kernel family, its time and count in a run, averaged over the side's runs."""
-    totals: dict[tuple[str, str], dict[str, float]] = {}
+def _families(reports: list[dict]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per kernel family, its time and count in a run, averaged over the side's runs, and its launch-time
+    sample per run (`kernel_families.launch_sample_ns`; `sampled` false where a report predates it)."""
+    totals: dict[tuple[str, str], dict[str, Any]] = {}
     for report in reports:
         for k in report["kernel_families"]:
-            row = totals.setdefault((k["short_name"], k["category"]), {"time_ns": 0.0, "count": 0.0})
+            row = totals.setdefault((k["short_name"], k["category"]),
+                                    {"time_ns": 0.0, "count": 0.0, "runs": [], "sampled": True})
             row["time_ns"] += k["time_ns"] / len(reports)
             row["count"] += k["count"] / len(reports)
+            sample = k.get("launch_sample_ns")
+            if sample is None:
+                row["sampled"] = False
+            elif sample:
+                row["runs"].append(sample)
     return totals
 
 
-def _kernel_rows(base: list[dict], head: list[dict], threshold_pct: float, min_share_pct: float) -> list[dict[str, Any]]:
-    """Kernel families that changed more than the threshold, appeared or vanished (noise floor: share)."""
+def _decomposition(bt: int, ht: int, bc: float, hc: float) -> tuple[int, int]:
+    """delta_ns = count effect + per-launch effect, with the mean launch time m = time / count a side:
+    count effect (hc - bc) · m_base, per-launch effect hc · (m_head - m_base) = delta - count effect (the count
+    effect is rounded to the nanosecond, so the two add up to delta_ns exactly). A new family is all count
+    effect (ht), a gone one too (-bt)."""
+    if bc <= 0:
+        return ht - bt, 0
+    count_effect = round((hc - bc) * bt / bc)
+    return count_effect, (ht - bt) - count_effect
+
+
+def _per_launch(bf: dict[str, Any], hf: dict[str, Any], threshold_pct: float, confidence: float) -> tuple[str, dict[str, Any]]:
+    """A family's per-launch comparison: median and p90 launch time with bootstrap intervals (runs resampled,
+    then launches within each run: stats.compare over the launch samples), and its status: slower or faster
+    only when the median change reaches the threshold and its interval excludes zero; with too few launches for
+    an interval (under stats.MIN_STEPS a side), on the change alone."""
+    comparison = stats.compare(bf["runs"], hf["runs"], confidence=confidence, resamples=KERNEL_RESAMPLES)
+    change, interval = comparison["median_change_pct"], comparison["median_interval_pct"]
+    status = "same"
+    if change is not None and change >= threshold_pct and (interval is None or interval[0] > 0):
+        status = "slower"
+    elif change is not None and change <= -threshold_pct and (interval is None or interval[1] < 0):
+        status = "faster"
+    fields = {
+        "base_median_ns": comparison["base"]["median_ns"], "head_median_ns": comparison["head"]["median_ns"],
+        "median_change_pct": change, "median_interval_pct": interval,
+        "base_p90_ns": comparison["base"]["p90_ns"], "head_p90_ns": comparison["head"]["p90_ns"],
+        "p90_change_pct": comparison["p90_change_pct"], "p90_interval_pct": comparison["p90_interval_pct"],
+        "base_launches_sampled": comparison["base"]["steps"], "head_launches_sampled": comparison["head"]["steps"],
+    }
+    return status, fields
+
+
+NO_LAUNCH_FIELDS = {"base_median_ns": None, "head_median_ns": None, "median_change_pct": None,
+                    "median_interval_pct": None, "base_p90_ns": None, "head_p90_ns": None, "p90_change_pct": None,
+                    "p90_interval_pct": None, "base_launches_sampled": 0, "head_launches_sampled": 0}
+
+
+def _kernel_rows(base: list[dict], head: list[dict], threshold_pct: float, min_share_pct: float,
+                 confidence: float = 0.95) -> list[dict[str, Any]]:
+    """Kernel families whose per-launch time moved beyond noise (slower, faster), whose launch count alone moved
+    by the threshold or more (count), that appeared (new) or vanished (gone); families under `min_share_pct`
+    of kernel time are noise. Where a side's report has no launch samples (saved before them), the family is
+    compared by total time as before (basis `total_time`)."""
     b, h = _families(base), _families(head)
     total = max(_mean([r["summary"]["kernel_time_ns"] for r in base]), _mean([r["summary"]["kernel_time_ns"] for r in head]), 1)
     rows = []
     for key in sorted(b.keys() | h.keys(), key=lambda k: (k[0] or "", k[1] or "")):
-        bt, ht = round((b.get(key) or {}).get("time_ns", 0)), round((h.get(key) or {}).get("time_ns", 0))
-        change = _pct(bt, ht)
-        status = "new" if key not in b else "gone" if key not in h else (
-            "slower" if change is not None and change >= threshold_pct else
-            "faster" if change is not None and change <= -threshold_pct else "same")
-        if status == "same" or 100.0 * max(bt, ht) / total < min_share_pct:
+        bf, hf = b.get(key), h.get(key)
+        bt, ht = round((bf or {}).get("time_ns", 0)), round((hf or {}).get("time_ns", 0))
+        bc, hc = (bf or {}).get("count", 0), (hf or {}).get("count", 0)
+        if 100.0 * max(bt, ht) / total < min_share_pct:
             continue
+        change, count_change = _pct(bt, ht), _pct(bc, hc)
+        launch, basis = dict(NO_LAUNCH_FIELDS), "per_launch"
+        if bf is None or hf is None:
+            status = "new" if bf is None else "gone"
+        elif bf["sampled"] and hf["sampled"]:
+            status, launch = _per_launch(bf, hf, threshold_pct, confidence)
+            if status == "same" and count_change is not None and abs(count_change) >= threshold_pct:
+                status = "count"
+        else:
+            basis = "total_time"
+            status = ("slower" if change is not None and change >= threshold_pct else
+                      "faster" if change is not None and change <= -threshold_pct else "same")
+        if status == "same":
+            continue
+        count_effect, per_launch_effect = _decomposition(bt, ht, bc, hc)
         rows.append({
-            "kernel": key[0], "category": key[1], "status": status, "base_time_ns": bt, "head_time_ns": ht,
-            "delta_ns": ht - bt, "change_pct": change,
-            "base_count": (b.get(key) or {}).get("count", 0), "head_count": (h.get(key) or {}).get("count", 0),
+            "kernel": key[0], "category": key[1], "status": status, "basis": basis,
+            "base_time_ns": bt, "head_time_ns": ht, "delta_ns": ht - bt, "change_pct": change,
+            "base_count": bc, "head_count": hc, "count_change_pct": count_change,
+            "count_effect_ns": count_effect, "per_launch_effect_ns": per_launch_effect, **launch,
         })
     return sorted(rows, key=lambda r: (-abs(r["delta_ns"]), r["kernel"] or ""))
 
@@ -183,7 +248,7 @@ def build_diff(base: list[dict], head: list[dict], *, threshold_pct: float = 5.0
                          "head": _mean_or_none([r["summary"]["gpu_idle_pct"] for r in head])},
         "phases": phases,
         "categories": _category_rows(base, head),
-        "kernels": _kernel_rows(base, head, kernel_threshold_pct, min_kernel_share_pct),
+        "kernels": _kernel_rows(base, head, kernel_threshold_pct, min_kernel_share_pct, confidence),
         "findings": {
             "new": [head_fp[k] for k in sorted(head_fp.keys() - base_fp.keys())],
             "fixed": [base_fp[k] for k in sorted(base_fp.keys() - head_fp.keys())],
@@ -254,12 +319,21 @@ def conclude(diff: dict[str, Any]) -> dict[str, Any]:
     kernels, new, fixed = diff["kernels"], diff["findings"]["new"], diff["findings"]["fixed"]
     if kernels:
         counts = {s: sum(1 for k in kernels if k["status"] == s) for s in KERNEL_STATUSES}
+        words = {"slower": "slower per launch", "faster": "faster per launch", "new": "new", "gone": "gone",
+                 "count": "launch count only"}
         top = kernels[0]
         lines.append({"kind": "info", "text": f"{len(kernels)} kernel famil{'y' if len(kernels) == 1 else 'ies'} changed ("
-                      + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                      + f"); the largest: {top['kernel']} ({top['status']}, {units.signed_duration(top['delta_ns'])} a run)."})
+                      + ", ".join(f"{n} {words[s]}" for s, n in counts.items() if n)
+                      + f"); the largest: {top['kernel']} ({words[top['status']]}, {units.signed_duration(top['delta_ns'])} "
+                      f"a run: {units.signed_duration(top.get('count_effect_ns'))} from the launch count, "
+                      f"{units.signed_duration(top.get('per_launch_effect_ns'))} per launch)."})
+        by_total = sum(1 for k in kernels if k.get("basis") == "total_time")
+        if by_total:
+            lines.append({"kind": "info", "text": f"{by_total} kernel famil{'y' if by_total == 1 else 'ies'} compared by "
+                          "total time only: a report saved without launch samples (kernel_families.launch_sample_ns) "
+                          "cannot tell fewer launches from faster ones."})
     else:
-        lines.append({"kind": "info", "text": f"No kernel family changed by ±{kernel_pct:g}% or more, appeared or vanished."})
+        lines.append({"kind": "info", "text": f"No kernel family changed per launch or in launch count by ±{kernel_pct:g}% or more, appeared or vanished."})
     lines.append({"kind": "info", "text": f"Findings: {len(new)} new, {len(fixed)} fixed." if new or fixed
                   else "The same findings fire in both runs."})
     if gate is not None:

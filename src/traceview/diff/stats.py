@@ -80,13 +80,14 @@ def resamples_for(steps: int) -> int:
 
 
 def compare(base: Sequence[Sequence[float]], head: Sequence[Sequence[float]], *, confidence: float = 0.95,
-            seed: int = SEED) -> dict[str, Any]:
+            seed: int = SEED, resamples: int | None = None) -> dict[str, Any]:
     """Median and p90 change (%) of head over base with bootstrap intervals and a two-sided p-value.
 
     `base` and `head` are step times grouped by run (empty runs dropped by the caller); with fewer than
     MIN_STEPS steps a side there is no interval and no p-value, only the change. The p-value is
     the bootstrap's: twice the smaller share of resampled median changes on either side of zero (widened
-    like the interval), and never below 1/resamples.
+    like the interval), and never below 1/resamples. `resamples` caps the count `resamples_for` gives (the
+    diff's kernel families, many of them, take fewer).
     """
     pooled_base, pooled_head = _pooled(base), _pooled(head)
     result: dict[str, Any] = {
@@ -108,6 +109,8 @@ def compare(base: Sequence[Sequence[float]], head: Sequence[Sequence[float]], *,
                 "p90_interval_pct": [0.0, 0.0], "p_value": 1.0, "resamples": 0}
     rng = random.Random(seed)
     count = resamples_for(len(pooled_base) + len(pooled_head))
+    if resamples is not None:
+        count = min(count, resamples)
     medians, p90s = [], []
     for _ in range(count):
         base_median, base_p90 = _resample(base, rng)

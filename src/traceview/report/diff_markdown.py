@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceview.report.markdown import cell
-from traceview.units import duration, interval, percent, signed_duration, signed_percent
+from traceview.units import duration, interval, number, percent, signed_duration, signed_percent
 
 MAX_KERNELS = 30
 MAX_CATEGORIES = 15
@@ -66,6 +66,26 @@ def _attribution(diff: dict[str, Any]) -> list[str]:
     return lines if shown else []
 
 
+def _per_launch(k: dict) -> str:
+    """The per-launch median change with its interval, or why there is none."""
+    if k.get("median_change_pct") is not None:
+        return f"{signed_percent(k['median_change_pct'])} {interval(k.get('median_interval_pct'))}"
+    return "total time only" if k.get("basis") == "total_time" else "—"
+
+
+def _launches(k: dict) -> str:
+    """Launches a run, base → head, with the change."""
+    text = f"{number(k['base_count'])} → {number(k['head_count'])}"
+    return text + (f" ({signed_percent(k['count_change_pct'])})" if k.get("count_change_pct") else "")
+
+
+def _decomposition(k: dict) -> str:
+    """The delta as launch-count effect + per-launch effect."""
+    if k.get("count_effect_ns") is None:
+        return "—"
+    return f"{signed_duration(k['count_effect_ns'])} + {signed_duration(k['per_launch_effect_ns'])}"
+
+
 def render(diff: dict[str, Any]) -> str:
     base, head = diff["base"], diff["head"]
     gpu = (f"GPU changed: **{cell(base['gpu'])}** → **{cell(head['gpu'])}**" if diff["gpu_changed"]
@@ -103,12 +123,17 @@ def render(diff: dict[str, Any]) -> str:
     kernels = diff["kernels"]
     lines += [f"### Kernels that changed ({len(kernels)})", ""]
     if kernels:
-        lines += ["| kernel | category | status | base | head | change |", "|---|---|---|---:|---:|---:|"]
+        lines += ["| kernel | category | status | base | head | change | per launch (median) | launches | "
+                  "delta = count + per launch |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
         for k in kernels[:MAX_KERNELS]:
             lines.append(f"| {cell(k['kernel'])} | {cell(k['category'])} | {k['status']} | {duration(k['base_time_ns'])} "
-                         f"| {duration(k['head_time_ns'])} | {signed_percent(k['change_pct'])} |")
+                         f"| {duration(k['head_time_ns'])} | {signed_percent(k['change_pct'])} | {_per_launch(k)} "
+                         f"| {_launches(k)} | {_decomposition(k)} |")
         if len(kernels) > MAX_KERNELS:
-            lines.append(f"| {len(kernels) - MAX_KERNELS} more families (see the JSON or HTML diff) | | | | | |")
+            lines.append(f"| {len(kernels) - MAX_KERNELS} more families (see the JSON or HTML diff) | | | | | | | | |")
+        lines += ["", "Slower or faster: the median launch time moved beyond the threshold with an interval that "
+                  "excludes zero; count: only the number of launches moved. Delta = (launches head − base) × base mean "
+                  "launch time + head launches × (head − base mean launch time)."]
     else:
         lines.append("No kernel family changed beyond the threshold.")
     new, fixed = diff["findings"]["new"], diff["findings"]["fixed"]
