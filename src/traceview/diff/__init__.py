@@ -6,6 +6,8 @@ sides are checked for comparability first (comparability.py), and each phase's c
 time is split into parts that add up (attribution.py). Kernels match by family (short name and
 category) and are compared per launch (median and p90 launch time, bootstrapped over runs, then launches)
 and, separately, by launch count: a family that only ran fewer launches in the same window is no faster.
+Captures bounded by a time window rather than by work are judged on work per second (throughput.py): less GPU
+busy time in a fixed window is less work done, never a speed-up.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceview import units
-from traceview.diff import attribution, comparability, stats
+from traceview.diff import attribution, comparability, stats, throughput
 
 DIFF_VERSION = 2
 KERNEL_STATUSES = ("slower", "new", "gone", "faster", "count")  # count: only the launch count moved
@@ -80,10 +82,15 @@ def _judged(phase: dict[str, Any]) -> bool:
     return min(phase["base"]["steps"], phase["head"]["steps"]) >= stats.MIN_STEPS
 
 
-def _overall(phases: list[dict[str, Any]], comparable: dict[str, Any]) -> tuple[str, list[str]]:
-    """The diff's verdict and the reasons that decided it."""
+def _overall(phases: list[dict[str, Any]], comparable: dict[str, Any], window: dict[str, Any] | None = None,
+             threshold_pct: float = 5.0) -> tuple[str, list[str]]:
+    """The diff's verdict and the reasons that decided it. Where the captures are bounded by a time window
+    (`window`, throughput.fixed_window), throughput decides: the per-step verdicts stay in their phase rows."""
     if not comparable["comparable"]:
         return "inconclusive", [f"not comparable: {reason}" for reason in comparable["reasons"]]
+    if window is not None:
+        verdict, reason = throughput.decide(window, threshold_pct)
+        return verdict, [reason, f"fixed window: {window['reason']}"]
     judged = [p for p in phases if _judged(p)]
     unjudged = [f"{p['phase']} not judged: {p['reason']}" for p in phases if p not in judged]
     for verdict in ("regression", "inconclusive", "improvement"):
@@ -221,7 +228,8 @@ def build_diff(base: list[dict], head: list[dict], *, threshold_pct: float = 5.0
     step_pct = fail_on_regression_pct if fail_on_regression_pct is not None else threshold_pct
     comparable = comparability.assess(base, head)
     phases = _phase_rows(base, head, step_pct, confidence, comparable)
-    verdict, reasons = _overall(phases, comparable)
+    window = throughput.fixed_window(base, head, confidence=confidence)
+    verdict, reasons = _overall(phases, comparable, window, step_pct)
     busy = {"base_ns": round(_mean([r["summary"]["gpu_busy_ns"] for r in base])),
             "head_ns": round(_mean([r["summary"]["gpu_busy_ns"] for r in head]))}
     busy["change_pct"] = _pct(busy["base_ns"], busy["head_ns"])
@@ -230,6 +238,9 @@ def build_diff(base: list[dict], head: list[dict], *, threshold_pct: float = 5.0
     gate = fail_on_regression_pct is not None and verdict == "regression"
     regressions = [f"{p['phase']} median step time {units.signed_percent(p['median_change_pct'])} "
                    f"{units.interval(p['median_interval_pct'])}" for p in phases if gate and p["verdict"] == "regression"]
+    if window is not None:  # the window fixes time, so throughput alone decides
+        regressions = [(f"throughput ({window['unit']}) {units.signed_percent(window['change_pct'])} "
+                        f"{units.interval(window['interval_pct'])}")] if gate else []
     failed = gate or (fail_on_inconclusive and verdict == "inconclusive")
     base_side, head_side = _side(base), _side(head)
     diff = {
@@ -242,7 +253,8 @@ def build_diff(base: list[dict], head: list[dict], *, threshold_pct: float = 5.0
         "verdict": verdict,
         "verdict_reasons": reasons,
         "comparability": comparable,
-        "headline": _headline(phases),
+        "headline": _throughput_headline(window, phases) if window is not None else _headline(phases),
+        "throughput": window,
         "gpu_busy": busy,
         "gpu_idle_pct": {"base": _mean_or_none([r["summary"]["gpu_idle_pct"] for r in base]),
                          "head": _mean_or_none([r["summary"]["gpu_idle_pct"] for r in head])},
@@ -279,11 +291,30 @@ def _headline(phases: list[dict[str, Any]]) -> str:
     return min(phases, key=key)["headline"]
 
 
+def _throughput_headline(window: dict[str, Any], phases: list[dict[str, Any]]) -> str:
+    """The sentence for window-bounded captures: the window, the work in it and the throughput change."""
+    return (f"Fixed {units.duration(window['window_ns'])} windows: {throughput.count_text(window['head_count'])} vs "
+            f"{throughput.count_text(window['base_count'])} {window['what']} a run (head vs base), throughput "
+            f"{units.signed_percent(window['change_pct'])} {units.interval(window['interval_pct'])}.")
+
+
 def _is_identical(diff: dict[str, Any]) -> bool:
     """Same GPU work to the nanosecond: no GPU change, no category or busy-time delta, same step times."""
     return (not diff["gpu_changed"] and not diff["gpu_busy"]["change_pct"]
             and all(not c["delta_ns"] for c in diff["categories"])
             and all(p["identical"] for p in diff["phases"]))
+
+
+def throughput_kind(window: dict[str, Any] | None) -> str:
+    """How a line about throughput (or GPU busy time in a fixed window) is coloured: by throughput's direction,
+    regression when it fell and improvement when it rose beyond doubt, change when the interval holds zero."""
+    if window is None:
+        return "info"
+    change, interval = window["change_pct"], window["interval_pct"]
+    if not change:
+        return "calm"
+    decided = interval is not None and (interval[1] < 0 or interval[0] > 0)
+    return ("regression" if change < 0 else "improvement") if decided else "change"
 
 
 def conclude(diff: dict[str, Any]) -> dict[str, Any]:
@@ -312,10 +343,22 @@ def conclude(diff: dict[str, Any]) -> dict[str, Any]:
     if not all(p["run_noise_measured"] for p in diff["phases"]):
         lines.append({"kind": "info", "text": "One run a side: the intervals hold step-to-step noise only; run-to-run "
                                               "noise is not measured (pass --base and --head three or more times)."})
-    busy = diff["gpu_busy"]
-    lines.append({"kind": "info", "text": f"GPU busy {units.duration(busy['base_ns'])} → {units.duration(busy['head_ns'])} "
-                  f"a run ({units.signed_percent(busy['change_pct'])}); GPU idle {units.percent(diff['gpu_idle_pct']['base'])} → "
-                  f"{units.percent(diff['gpu_idle_pct']['head'])} of the active span."})
+    busy, window = diff["gpu_busy"], diff.get("throughput")
+    busy_kind, busy_note = "info", ""
+    if window is not None:
+        busy_kind = throughput_kind(window)
+        lines.append({"kind": "info", "text": f"Throughput basis: {window['what']} per second over the "
+                      f"{units.duration(window['window_ns'])} window ({window['unit']}; interval: {window['method']}); the "
+                      "per-step verdicts below do not decide: the window fixes the time, not the work."})
+        if window.get("per_unit"):
+            lines.append({"kind": "info", "text": attribution.per_unit_sentence(window["per_unit"])})
+        if busy["change_pct"] and busy["change_pct"] < 0:
+            busy_note = " in the same window: less busy time here is less work done, not faster work"
+        elif busy["change_pct"]:
+            busy_note = " in the same window"
+    lines.append({"kind": busy_kind, "text": f"GPU busy {units.duration(busy['base_ns'])} → {units.duration(busy['head_ns'])} "
+                  f"a run ({units.signed_percent(busy['change_pct'])}){busy_note}; GPU idle "
+                  f"{units.percent(diff['gpu_idle_pct']['base'])} → {units.percent(diff['gpu_idle_pct']['head'])} of the active span."})
     kernels, new, fixed = diff["kernels"], diff["findings"]["new"], diff["findings"]["fixed"]
     if kernels:
         counts = {s: sum(1 for k in kernels if k["status"] == s) for s in KERNEL_STATUSES}

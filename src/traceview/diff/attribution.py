@@ -117,3 +117,71 @@ def headline(phase: str, attribution: dict[str, Any] | None, verdict: str, chang
     signs = {row["delta_ns"] > 0 for row in moving}
     joined = phrases[0] if len(phrases) == 1 else (", ".join(phrases[:-1]) + (" but " if len(signs) > 1 else " and ") + phrases[-1])
     return f"{phase}: {joined}, so {outcome}."
+
+
+OUTSIDE_PHASE = "outside_phase"  # the window's time not in the counted phase's priced steps (other phases, edges)
+
+
+def _rank_time(report: dict[str, Any]) -> int | None:
+    """The capture's time summed over its ranks (they run side by side): what a run's parts per unit of work tile."""
+    spans = [r.get("span_ns") for r in (report.get("trace") or {}).get("rank_spans") or []]
+    if spans and all(spans):
+        return sum(spans)
+    return (report.get("trace") or {}).get("span_ns")
+
+
+def _per_unit_run(report: dict[str, Any], phase: str, count: float) -> dict[str, Any] | None:
+    row = _split(report, phase)
+    total = _rank_time(report)
+    if not row or not count or not total:
+        return None
+    per = _per_step({**report, "phase_time_split": [{**row, "steps": count}]}, phase)
+    per["parts"][OUTSIDE_PHASE] = (total - row["wall_ns"]) / count
+    per["wall"] = total / count
+    return per
+
+
+def per_unit(base_reports: list[dict[str, Any]], head_reports: list[dict[str, Any]], phase: str,
+             base_counts: list[float], head_counts: list[float], unit: str) -> dict[str, Any] | None:
+    """Window-bounded captures (throughput.py): each run's capture time (summed over its ranks) per unit of work
+    (`unit`: a token or a step of `phase`), in parts that tile it: the counted phase's priced steps' kernels, GPU idle,
+    copies and outside-GPU time, and the time outside those steps (`outside_phase`), each over the run's count. A
+    side's value is the mean over its runs, so the parts' changes add up to the change in time per unit of work
+    exactly. None when a run has no time split for the phase."""
+    sides = []
+    for reports, counts in ((base_reports, base_counts), (head_reports, head_counts)):
+        runs = [_per_unit_run(r, phase, c) for r, c in zip(reports, counts)]
+        if not runs or any(r is None for r in runs):
+            return None
+        sides.append({"wall": sum(r["wall"] for r in runs) / len(runs), "parts": _mean(runs, "parts"),
+                      "idle_kinds": _mean(runs, "idle_kinds"), "categories": _mean(runs, "categories"),
+                      "families": _mean(runs, "families")})
+    base, head = sides
+    parts = _rows(base["parts"], head["parts"], ("kernels", "idle", "copies", "outside_gpu", OUTSIDE_PHASE))
+    categories = sorted(_rows(base["categories"], head["categories"], base["categories"].keys() | head["categories"].keys()),
+                        key=lambda r: (-abs(r["delta_ns"]), r["name"] or ""))
+    families = sorted(_rows(base["families"], head["families"], base["families"].keys() | head["families"].keys()),
+                      key=lambda r: (-abs(r["delta_ns"]), r["name"][0] or "", r["name"][1] or ""))
+    return {
+        "unit": unit, "phase": phase,
+        "base_ns": base["wall"], "head_ns": head["wall"], "delta_ns": head["wall"] - base["wall"],
+        "parts": parts, "categories": categories,
+        "families": [{**row, "name": row["name"][0], "category": row["name"][1]} for row in families[:MAX_FAMILIES]],
+        "idle_kinds": [r for r in _rows(base["idle_kinds"], head["idle_kinds"], IDLE_KINDS) if r["base_ns"] or r["head_ns"]],
+    }
+
+
+def per_unit_sentence(split: dict[str, Any]) -> str:
+    """'Per token (decode): 743 µs → 850 µs (+14.3%): GPU idle +96.2 µs, ...; the parts add up to the change.'"""
+    names = {"kernels": "kernels", "idle": "GPU idle", "copies": "copies", "outside_gpu": "time outside GPU work",
+             OUTSIDE_PHASE: f"time outside the {split['phase']} steps"}
+    total = abs(split["delta_ns"]) or 1.0
+    moving = sorted((r for r in split["parts"] if r["delta_ns"] and abs(r["delta_ns"]) >= 0.1 * total),
+                    key=lambda r: -abs(r["delta_ns"]))
+    change = 100.0 * split["delta_ns"] / split["base_ns"] if split["base_ns"] else None
+    head = (f"Per {split['unit']} ({split['phase']}): capture time {units.duration(split['base_ns'])} → "
+            f"{units.duration(split['head_ns'])} ({units.signed_percent(change)})")
+    if not moving:
+        return head + "; no part moved by a tenth of the change."
+    return head + ": " + ", ".join(f"{names[r['name']]} {units.signed_duration(r['delta_ns'])}" for r in moving) \
+        + "; the parts add up to the change."

@@ -43,6 +43,15 @@ def change_class(value: float | None) -> str:
     return "up" if value > 0 else "down"
 
 
+def throughput_class(window: dict[str, Any] | None) -> str:
+    """CSS class for throughput (and GPU busy time in a fixed window): 'up' (the bad colour) when work per second
+    fell beyond doubt, 'down' when it rose, '' otherwise: less busy time in a fixed window is never green."""
+    if not window or not window.get("interval_pct"):
+        return ""
+    low, high = window["interval_pct"]
+    return "up" if high < 0 else "down" if low > 0 else ""
+
+
 def interval_class(interval_pct: list[float] | None) -> str:
     """CSS class for a change by its interval: 'up' when it lies above zero (slower beyond doubt),
     'down' below, '' when it contains zero or is unknown."""
@@ -266,7 +275,7 @@ def render(diff: dict[str, Any], templates_dir: str | Path | None = None) -> str
         kernels=kernels[:MAX_KERNELS], hidden_kernels=max(0, len(kernels) - MAX_KERNELS), status_order=STATUS_ORDER,
         verdict_order=VERDICT_ORDER, part_labels=PART_LABELS, check_labels=CHECK_LABELS,
         signed_percent=fmt.signed_percent, signed_duration=fmt.signed_duration, interval=fmt.interval,
-        change_class=change_class, interval_class=interval_class, p_value_text=p_value_text,
+        change_class=change_class, interval_class=interval_class, throughput_class=throughput_class, p_value_text=p_value_text,
         relative_change=relative_change,
         vega_js=Markup(html.vega_javascript()) if specs else Markup(""),
     )

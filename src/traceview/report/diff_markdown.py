@@ -86,6 +86,32 @@ def _decomposition(k: dict) -> str:
     return f"{signed_duration(k['count_effect_ns'])} + {signed_duration(k['per_launch_effect_ns'])}"
 
 
+def _throughput(diff: dict[str, Any]) -> list[str]:
+    """The throughput row of window-bounded captures (docs/ci.md, fixed-window captures), or nothing."""
+    window = diff.get("throughput")
+    if not window:
+        return []
+    row = (f"**Throughput** (fixed {duration(window['window_ns'])} windows, basis: {window['basis']}): "
+           f"{number(window['base_per_s'], 1)} → {number(window['head_per_s'], 1)} {window['unit']} "
+           f"({signed_percent(window['change_pct'])} {interval(window['interval_pct'])}, {cell(window['method'], 200)}); "
+           "fewer per second is the regression, whatever GPU busy time did.")
+    return [row, "", *_per_unit(window.get("per_unit"))]
+
+
+def _per_unit(split: dict[str, Any] | None) -> list[str]:
+    """Capture time per unit of work in parts that add up to it (fixed-window captures)."""
+    if not split:
+        return []
+    names = {**PART_NAMES, "outside_phase": f"outside the {split['phase']} steps"}
+    lines = [f"| part of the capture time per {split['unit']} ({cell(split['phase'])}) | base | head | change |",
+             "|---|---:|---:|---:|"]
+    for part in split["parts"]:
+        lines.append(f"| {names.get(part['name'], part['name'])} | {duration(part['base_ns'])} | {duration(part['head_ns'])} "
+                     f"| {signed_duration(part['delta_ns'])} |")
+    lines.append(f"| **total** | {duration(split['base_ns'])} | {duration(split['head_ns'])} | {signed_duration(split['delta_ns'])} |")
+    return lines + [""]
+
+
 def render(diff: dict[str, Any]) -> str:
     base, head = diff["base"], diff["head"]
     gpu = (f"GPU changed: **{cell(base['gpu'])}** → **{cell(head['gpu'])}**" if diff["gpu_changed"]
@@ -99,6 +125,7 @@ def render(diff: dict[str, Any]) -> str:
         "",
         f"**{BADGES[diff['verdict']]}** · {cell(diff['headline'], 400)}",
         "",
+        *_throughput(diff),
         *(f"- {cell(line['text'], 600)}" for line in conclusion["lines"]),
         "",
         "<details><summary>Comparability " + f"{100 * comparable['score']:.0f}%"
