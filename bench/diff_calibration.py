@@ -3,6 +3,11 @@ and its power when decode is truly slower (a script, not a test; it prints rates
 
     .venv/bin/python bench/diff_calibration.py --pairs 400 --output /tmp/traceview-bench/calibration.md
     .venv/bin/python bench/diff_calibration.py --mode traces --pairs 20 --runs 3 --gates 5 --changes 7
+    .venv/bin/python bench/diff_calibration.py --mode real --output /tmp/traceview-bench/real.md
+
+real mode: pairs from shared Kineto traces (--traces-dir, read only), base the unedited trace, head an edited copy
+under the temp folder: per-step noise, one family 8% slower per launch, or 12% fewer steps in the same window
+(real_edit); it counts false alarms, detections and fewer-iterations pairs that read as faster (docs/ci.md).
 
 A pair is R base runs and R head runs of the serving workload, drawn with the noise model of
 `traceview.testing.serving_runs`: step time = base × (1 + run_noise·z_run)(1 + step_noise·z_step)(1 + change).
@@ -22,6 +27,7 @@ import math
 import multiprocessing
 import os
 import random
+import re
 import shlex
 import sys
 import tempfile
@@ -299,10 +305,370 @@ def numbers(text: str, kind: type) -> tuple:
     return values
 
 
+# --- real mode: pairs made from real shared Kineto traces ------------------------------------------------
+
+REAL_TRACES = (
+    "tracemap__vllm_h100_tp4_rank0_isl1000_osl10_c32.pt.trace.json.gz",
+    "hta__sampled_rank-0.json.gz",
+    "hta__negative_queue_a100_ws16_rank0.json.gz",
+    "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz",
+    "hta__ns_resolution_v100.pt.trace.json.gz",
+)
+REAL_CASES = ("noise", "slow", "fewer")
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation", "memcpy", "memset")  # lower-cased: legacy traces say Kernel
+SLOW_FACTOR = 1.08  # the slowed family's launches, head over base
+DROP_SHARE = 0.12   # the share of the steady steps a fewer-iterations copy leaves out
+
+
+@dataclass(frozen=True)
+class RealBase:
+    """What the edits need from an unedited trace: its step windows (trace microseconds), its slowed family
+    and that family's full kernel names, and its report."""
+
+    name: str
+    steps: tuple[tuple[float, float, str], ...]  # (start_us, end_us, phase) of the priced steps, in start order
+    gpu_windows: bool  # steps found from GPU idle gaps (the step windows are GPU time), not annotations
+    family: tuple[str, str]
+    family_names: tuple[str, ...]
+    report: dict
+
+
+_RAW: dict[Path, dict] = {}
+
+
+def _cat(event: dict) -> str:
+    return str(event.get("cat") or "").lower()
+
+
+def raw_trace(path: Path) -> dict:
+    """The trace's JSON, parsed once per worker process (edits copy the events they change)."""
+    if path not in _RAW:
+        import gzip
+        import json
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as handle:
+            _RAW[path] = json.load(handle)
+    return _RAW[path]
+
+
+def real_base(path: Path) -> RealBase:
+    """Report the unedited trace and pick its slowed family: the family with the most kernel time that is
+    not communication (NCCL time is mostly waiting) and has at least 10 launches (so it has an interval)."""
+    import json
+    from traceview import api, workflow
+
+    data = raw_trace(path)
+    base_ns = int(data.get("baseTimeNanoseconds") or 0)
+    with api.load(path) as trace:
+        report = workflow.report(trace, workflow.CheckOptions.configured())
+        families = [k for k in report["kernel_families"] if k["category"] != "communication" and k["count"] >= 10]
+        top = max(families, key=lambda k: k["time_ns"])
+        names = workflow.query(trace, "SELECT DISTINCT name FROM kernels WHERE short_name = $$%s$$ AND category = $$%s$$"
+                               % (top["short_name"], top["category"]))["name"].to_list()
+    priced = sorted((s for s in report["steps"] if s.get("priced", True)), key=lambda s: s["start_ns"])
+    steps = tuple(((s["start_ns"] - base_ns) / 1000.0, (s["end_ns"] - base_ns) / 1000.0, s["phase"]) for s in priced)
+    gpu_windows = all(s.get("step_source") == "gpu_gap" for s in priced)
+    report = json.loads(json.dumps(report))  # plain data, as a saved report would be
+    return RealBase(path.name, steps, gpu_windows, (top["short_name"], top["category"]), tuple(names), report)
+
+
+def _noise_warp(boundaries: list[float], last_end: float, factors: list[float]):
+    """t -> t on a timeline whose step i, [boundaries[i], boundaries[i+1]) (the last to last_end), is stretched
+    by factors[i]; time before the first step is unchanged and time after the last is shifted."""
+    import bisect
+
+    edges = [*boundaries, max(last_end, boundaries[-1])]
+    new_edges = [edges[0]]
+    for i, factor in enumerate(factors):
+        new_edges.append(new_edges[-1] + (edges[i + 1] - edges[i]) * factor)
+
+    def warp(t: float) -> float:
+        if t < edges[0]:
+            return t
+        if t >= edges[-1]:
+            return t + new_edges[-1] - edges[-1]
+        i = min(bisect.bisect_right(edges, t) - 1, len(factors) - 1)
+        return new_edges[i] + (t - edges[i]) * factors[i]
+
+    return warp
+
+
+def real_edit(base: RealBase, path: Path, case: str, seed: int, noise_pct: float, out: Path) -> dict:
+    """Write an edited copy of the trace: every case gets per-step noise (seeded); `slow` also makes the family's
+    launches SLOW_FACTOR longer and shifts everything after each one by the added time; `fewer` also leaves out
+    DROP_SHARE of the steady steps (evenly spaced, never the first or last), their CPU events and their GPU work,
+    so the same capture window holds fewer iterations with idle where they were."""
+    import json
+
+    data = raw_trace(path)
+    events = [e for e in data["traceEvents"] if isinstance(e, dict)]
+    steps = list(base.steps)
+    rng = random.Random(seed)
+    factors = [max(0.5, 1.0 + noise_pct / 100.0 * rng.gauss(0.0, 1.0)) for _ in steps]
+    if case == "fewer":
+        phase = Counter(p for _, _, p in steps).most_common(1)[0][0]
+        candidates = [i for i, (_, _, p) in enumerate(steps) if p == phase]
+        inner = candidates[1:-1] if len(candidates) > 2 else candidates[-1:]
+        k = max(1, round(DROP_SHARE * len(candidates)))
+        dropped = sorted({inner[min(len(inner) - 1, int((j + 0.5) * len(inner) / k))] for j in range(k)})
+        windows = [(steps[i][0], steps[i][1]) for i in dropped]
+
+        def inside(t0: float, t1: float) -> bool:
+            return any(a <= t0 and t1 <= b for a, b in windows)
+
+        def corr(e: dict):
+            args = e.get("args") or {}
+            return args.get("correlation")
+
+        cpu_corr = {corr(e) for e in events if _cat(e) not in GPU_CATS and corr(e) is not None}
+        if base.gpu_windows:  # the windows are GPU bursts: drop the GPU work in them and the launches of it
+            gone = {corr(e) for e in events if _cat(e) in GPU_CATS and e.get("ph") == "X"
+                    and inside(float(e["ts"]), float(e["ts"]))}
+            gone.discard(None)
+            keep = [e for e in events if not (
+                (_cat(e) in GPU_CATS and e.get("ph") == "X" and inside(float(e["ts"]), float(e["ts"])))
+                or (corr(e) in gone and _cat(e) not in GPU_CATS)
+                or (e.get("ph") in ("s", "f", "t") and e.get("id") in gone))]
+        else:  # annotation steps: drop the CPU events inside them and the GPU work they launched
+            gone = {corr(e) for e in events if _cat(e) not in GPU_CATS and e.get("ph") == "X" and corr(e) is not None
+                    and inside(float(e["ts"]), float(e["ts"]) + float(e.get("dur") or 0))}
+            cpu = [e for e in events if e.get("ph") == "X" and _cat(e) not in GPU_CATS and "ts" in e]
+            last = max(cpu, key=lambda e: float(e["ts"]) + float(e.get("dur") or 0)) if cpu else None
+            keep = []
+            for e in events:
+                if e.get("ph") == "M" or "ts" not in e or e is last:  # the last CPU event keeps the window's end
+                    keep.append(e)
+                    continue
+                t0 = float(e["ts"])
+                t1 = t0 + float(e.get("dur") or 0)
+                if _cat(e) in GPU_CATS:
+                    c = corr(e)
+                    if c in gone or (c not in cpu_corr and inside(t0, t0)):
+                        continue
+                elif e.get("ph") in ("s", "f", "t") and e.get("id") in gone:
+                    continue
+                elif e.get("ph") != "M" and inside(t0, t1):
+                    continue
+                keep.append(e)
+        events = keep
+    if case == "fewer":  # the window keeps its length exactly: the noise is rescaled to add no time overall
+        lengths = [b - a for a, b in zip([s for s, _, _ in steps], [s for s, _, _ in steps[1:]] + [steps[-1][1]])]
+        scale = sum(lengths) / sum(f * n for f, n in zip(factors, lengths))
+        factors = [f * scale for f in factors]
+    import bisect
+
+    timed = [i for i, e in enumerate(events) if e.get("ph") != "M" and "ts" in e]
+    start = [float(events[i]["ts"]) for i in timed]
+    dur = [float(events[i].get("dur") or 0) if events[i].get("ph") == "X" else 0.0 for i in timed]
+    end = [a + d for a, d in zip(start, dur)]
+    is_gpu = [_cat(events[i]) in GPU_CATS for i in timed]
+    boundaries = [s for s, _, _ in steps]
+    last_end = steps[-1][1]
+    if case == "slow":
+        names = set(base.family_names)
+        family = [_cat(events[i]) == "kernel" and events[i].get("name") in names for i in timed]
+        added = sorted((e, (SLOW_FACTOR - 1.0) * d) for e, d, f in zip(end, dur, family) if f)
+        points, extra, total = [p for p, _ in added], [], 0.0
+        for _, delta in added:
+            total += delta
+            extra.append(total)
+
+        def shift(t: float) -> float:
+            n = bisect.bisect_right(points, t)
+            return t + (extra[n - 1] if n else 0.0)
+
+        new_start = [shift(a) for a in start]
+        new_end = [a + SLOW_FACTOR * d if f else a + d if g else shift(e)
+                   for a, d, e, f, g in zip(new_start, dur, end, family, is_gpu)]
+        boundaries = [shift(b) for b in boundaries]
+        last_end = shift(last_end)
+        start, end = new_start, [max(a, e) for a, e in zip(new_start, new_end)]
+    warp = _noise_warp(boundaries, last_end, factors)
+    for j, i in enumerate(timed):
+        e = dict(events[i])
+        a, b = warp(start[j]), warp(end[j])
+        e["ts"] = round(a, 3)
+        if e.get("ph") == "X":
+            e["dur"] = round(b - a, 3)
+        events[i] = e
+    edited = {**data, "traceEvents": events}
+    out.write_text(json.dumps(edited), encoding="utf-8")
+    return {"factors": factors, "dropped": dropped if case == "fewer" else []}
+
+
+def _throughput(diff: dict) -> str | None:
+    """What the diff says of throughput: None where it compares no throughput (not a fixed-window capture, or
+    a diff from before throughput.py), else the basis and throughput.decide's verdict at the 5% threshold."""
+    found = diff.get("throughput")
+    if not isinstance(found, dict):
+        return None
+    try:
+        from traceview.diff import throughput
+
+        verdict, _ = throughput.decide(found, diff["thresholds"]["step_pct"])
+    except (ImportError, KeyError, TypeError):
+        change = found.get("change_pct")
+        verdict = "lower" if change is not None and change < 0 else "higher" if change else "unknown"
+    return f"{found.get('basis') or found.get('unit') or 'throughput'} {verdict}"
+
+
+@dataclass(frozen=True)
+class RealOutcome:
+    case: str
+    trace: str
+    seed: int
+    verdict: str
+    slower: tuple[str, ...]
+    faster: tuple[str, ...]
+    count: tuple[str, ...]
+    target_status: str          # the slowed family's status ("same" when not listed)
+    target_change_pct: float | None
+    target_interval: tuple[float, float] | None
+    throughput: str | None
+    reason: str = ""
+
+
+def real_pair(task: tuple[str, str, int, float, float, str]) -> RealOutcome:
+    """One pair: the unedited trace's report (cached on disk) against an edited copy's, through build_diff."""
+    import pickle
+    from traceview import api, workflow
+    from traceview.diff import build_diff
+
+    directory, name, seed, noise_pct, confidence, case = task
+    path = Path(directory) / name
+    cache = Path(tempfile.gettempdir()) / "traceview-real-calibration" / f"{name}.base.pickle"
+    base = pickle.loads(cache.read_bytes())
+    with tempfile.TemporaryDirectory(prefix="traceview-real-") as tmp:
+        out = Path(tmp) / (name.split(".")[0] + f"-{case}-{seed}.pt.trace.json")
+        real_edit(base, path, case, seed, noise_pct, out)
+        with api.load(out) as trace:
+            head = workflow.report(trace, workflow.CheckOptions.configured())
+    diff = build_diff([base.report], [head], confidence=confidence)
+    status = {k["kernel"]: k for k in diff["kernels"] if k["category"] == base.family[1]}
+    target = status.get(base.family[0])
+    interval = target.get("median_interval_pct") if target else None
+    return RealOutcome(case, name, seed, diff["verdict"],
+                       tuple(k["kernel"] for k in diff["kernels"] if k["status"] == "slower"),
+                       tuple(k["kernel"] for k in diff["kernels"] if k["status"] == "faster"),
+                       tuple(k["kernel"] for k in diff["kernels"] if k["status"] == "count"),
+                       target["status"] if target else "same",
+                       target.get("median_change_pct") if target else None,
+                       tuple(interval) if interval else None, _throughput(diff),
+                       re.sub(r"[-+]?\d[\d.,]*", "#", (diff["verdict_reasons"] or [""])[0])[:140])
+
+
+def real_base_task(task: tuple[str, str]) -> str:
+    import pickle
+
+    directory, name = task
+    base = real_base(Path(directory) / name)
+    cache = Path(tempfile.gettempdir()) / "traceview-real-calibration" / f"{name}.base.pickle"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(pickle.dumps(base))
+    return f"{name}: {len(base.steps)} priced steps, slowed family {base.family[0]} ({base.family[1]})"
+
+
+def _count(outcomes: Sequence[RealOutcome], hit) -> str:
+    n = sum(1 for o in outcomes if hit(o))
+    low, high = wilson(n, len(outcomes))
+    return f"{n}/{len(outcomes)}", f"{100 * n / len(outcomes):.0f}%", f"{100 * low:.0f}–{100 * high:.0f}%"
+
+
+def real_tables(outcomes: list[RealOutcome], names: Sequence[str]) -> list[str]:
+    """Per case, one row per trace and one for all: the verdicts, family statuses and the case's rate."""
+    short = {n: n.split(".")[0] for n in names}
+    measures = {
+        "noise": ("false alarm: a regression or improvement verdict, or any family slower or faster",
+                  lambda o: o.verdict in ("regression", "improvement") or bool(o.slower or o.faster)),
+        "slow": ("detected: the slowed family slower, interval excluding zero",
+                 lambda o: o.target_status == "slower" and o.target_interval is not None and o.target_interval[0] > 0),
+        "fewer": ("reads faster: an improvement verdict or any family faster",
+                  lambda o: o.verdict == "improvement" or bool(o.faster)),
+    }
+    titles = {"noise": f"Noise only: a trace against itself, each step stretched by 1 + N(0, σ)",
+              "slow": f"One family {100 * (SLOW_FACTOR - 1):.0f}% slower per launch (plus the same noise)",
+              "fewer": f"Fewer iterations in the same window: {100 * DROP_SHARE:.0f}% of the steady steps left out "
+                       "(plus the same noise)"}
+    lines = []
+    for case in REAL_CASES:
+        rows_of = [o for o in outcomes if o.case == case]
+        if not rows_of:
+            continue
+        label, hit = measures[case]
+        header = ["trace", "pairs", "verdicts reg / imp / neu / inc", "pairs with a family slower / faster / count only"]
+        if case == "slow":
+            header.append("slowed family: median change (min–max)")
+        if any(o.throughput is not None for o in rows_of):
+            header.append("throughput says")
+        header += [label, "rate", "Wilson 95%"]
+        rows = []
+        for name in [*names, None]:
+            group = [o for o in rows_of if name is None or o.trace == name]
+            if not group:
+                continue
+            verdicts = Counter(o.verdict for o in group)
+            row = [short[name] if name else "**all**", str(len(group)), " / ".join(str(verdicts[v]) for v in VERDICTS),
+                   f"{sum(bool(o.slower) for o in group)} / {sum(bool(o.faster) for o in group)} / "
+                   f"{sum(bool(o.count) for o in group)}"]
+            if case == "slow":
+                changes = [o.target_change_pct for o in group if o.target_change_pct is not None]
+                row.append(f"{min(changes):+.1f}% – {max(changes):+.1f}%" if changes else "not listed")
+            if "throughput says" in header:
+                said = Counter(str(o.throughput) for o in group)
+                row.append(", ".join(f"{k} {v}" for k, v in sorted(said.items())))
+            rows.append(row + list(_count(group, hit)))
+        lines += ["", f"## {titles[case]}", "", *table(header, rows)]
+        reasons = Counter(o.reason for o in rows_of)
+        lines += ["", "Verdict reasons (numbers as #): " + "; ".join(f"\"{r}\" {n}" for r, n in reasons.most_common(4))]
+        flagged = Counter(k for o in rows_of for k in (o.slower + o.faster if case != "slow" else o.faster))
+        if flagged:
+            lines += ["", "Families flagged " + ("faster" if case == "slow" else "slower or faster") + ": "
+                      + "; ".join(f"{k} {n}" for k, n in flagged.most_common(8))]
+    return lines
+
+
+def real_main(options: argparse.Namespace) -> None:
+    started = time.perf_counter()
+    directory = str(options.traces_dir)
+    names = [n for n in REAL_TRACES if (options.traces_dir / n).exists()]
+    missing = [n for n in REAL_TRACES if n not in names]
+    if not names:
+        raise SystemExit(f"none of the real traces is under {directory}")
+    seeds = range(options.seed, options.seed + options.pairs)
+    cases = [c for c in REAL_CASES if c in options.cases.split(",")]
+    with ProcessPoolExecutor(options.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        described = list(pool.map(real_base_task, [(directory, n) for n in names]))
+        tasks = [(directory, n, s, options.noise, options.confidence, c) for c in cases for n in names for s in seeds]
+        outcomes = list(pool.map(real_pair, tasks))
+    wall_s = time.perf_counter() - started
+    lines = [
+        "# Diff calibration on real trace pairs", "",
+        f"Command: `{shlex.join([os.path.relpath(sys.executable), *sys.argv])}`; wall time {wall_s:.0f} s with --jobs "
+        f"{options.jobs}.",
+        f"One run a side: base = the unedited trace, head = an edited copy. Noise σ = {options.noise:g}% per step, "
+        f"seeds {seeds.start}–{seeds.stop - 1} (each case reuses the seeds, so its noise is the noise-only case's). "
+        f"Diff defaults: ±5% step and kernel thresholds, {100 * options.confidence:g}% confidence.",
+        *(f"- {d}" for d in described),
+        *([f"- missing, skipped: {', '.join(missing)}"] if missing else []),
+    ]
+    lines += real_tables(outcomes, names)
+    markdown = "\n".join(lines) + "\n"
+    print(markdown)
+    if options.output:
+        options.output.parent.mkdir(parents=True, exist_ok=True)
+        options.output.write_text(markdown, encoding="utf-8")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mode", choices=("model", "traces"), default="model")
-    parser.add_argument("--pairs", type=int, help="pairs per setting (default: 200 in model mode, 20 in traces mode)")
+    parser.add_argument("--mode", choices=("model", "traces", "real"), default="model")
+    parser.add_argument("--pairs", type=int, help="pairs per setting (default: 200 in model mode, 20 in traces mode; "
+                                                  "real mode: seeds per trace and case, default 10)")
+    parser.add_argument("--traces-dir", type=Path, default=Path(os.environ.get("TRACEVIEW_SHARED_TRACES",
+                                                                               "/work/shared/traces")) / "torch",
+                        help="real mode: the folder holding the shared Kineto traces (read, never written)")
+    parser.add_argument("--noise", type=float, default=STEP_NOISE_PCT, help="real mode: per-step noise σ in percent")
+    parser.add_argument("--cases", default=",".join(REAL_CASES), help="real mode: cases to run (noise,slow,fewer)")
     parser.add_argument("--model-pairs", type=int, default=400,
                         help="traces mode: pairs of the model-mode measurement it is compared with")
     parser.add_argument("--seed", type=int, default=0)
@@ -314,6 +680,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--output", type=Path, help="also write the Markdown tables here")
     options = parser.parse_args()
+    if options.mode == "real":
+        options.pairs = 10 if options.pairs is None else options.pairs
+        if options.pairs < 1 or not 0 < options.confidence < 1:
+            parser.error("--pairs must be at least 1, --confidence strictly between 0 and 1")
+        real_main(options)
+        return
     traces = options.mode == "traces"
     pairs = options.pairs if options.pairs is not None else (20 if traces else 200)
     try:

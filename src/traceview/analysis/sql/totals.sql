@@ -285,23 +285,18 @@ FROM split ORDER BY phase;
 --   phases: the phases they ran in, comma-separated
 --   median_ns: median launch time, ns (interpolated between the middle two, as the diff's quantiles are)
 --   p90_ns: 90th percentile launch time, ns (interpolated)
---   sample_every: k, the stride of `launch_sample_ns`: ceil(count / 256)
---   launch_sample_ns: launch times, ns, of every k-th launch in start order (rank, then kernel id, break ties),
---     from the first: at most 256 values, all of them when the family has 256 launches or fewer, so a report of a
---     2-million-kernel trace stays small. `traceview diff` bootstraps per-launch time over them
+--   launch_sample_ns: the family's launch times, ns, shortest first: every launch when it has 256 or fewer, else
+--     256 evenly spaced quantiles (at (i + 0.5) / 256), so a report of a 2-million-kernel trace stays small and the
+--     sample has the launches' distribution whatever their order (a stride over start order would alias with a
+--     step's repeating mix of shapes). `traceview diff` bootstraps per-launch time over them
 CREATE OR REPLACE VIEW kernel_families AS
-WITH ordered AS (
-    SELECT short_name, category, phase, dur_ns,
-           row_number() OVER (PARTITION BY short_name, category ORDER BY start_ns, rank, kernel_id) - 1 AS ordinal,
-           ceil(count(*) OVER (PARTITION BY short_name, category) / 256.0)::BIGINT AS sample_every
-    FROM kernels
-)
 SELECT short_name, category, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
        string_agg(DISTINCT phase, ', ' ORDER BY phase) AS phases,
        quantile_cont(dur_ns, 0.5)::DOUBLE AS median_ns, quantile_cont(dur_ns, 0.9)::DOUBLE AS p90_ns,
-       any_value(sample_every) AS sample_every,
-       list(dur_ns::BIGINT ORDER BY ordinal) FILTER (WHERE ordinal % sample_every = 0) AS launch_sample_ns
-FROM ordered GROUP BY short_name, category ORDER BY time_ns DESC, short_name, category;
+       CASE WHEN count(*) <= 256 THEN list(dur_ns::BIGINT ORDER BY dur_ns)
+            ELSE quantile_disc(dur_ns::BIGINT, list_transform(range(256), lambda i: (i + 0.5) / 256)) END
+           AS launch_sample_ns
+FROM kernels GROUP BY short_name, category ORDER BY time_ns DESC, short_name, category;
 
 -- view kernel_family_rates: one row per kernel short name, longest first: the top-kernels table
 --   short_name: `kernels.short_name`
