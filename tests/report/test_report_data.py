@@ -298,7 +298,7 @@ def test_a_rank_directory_reports_each_ranks_own_span_and_steps() -> None:
         events = [e for e in document["traceEvents"] if e.get("ph") == "X" and e.get("cat") != "Trace"]
         start, end = min(e["ts"] for e in events) * 1000, max(e["ts"] + e.get("dur", 0) for e in events) * 1000
         steps = [e["dur"] * 1000 for e in events if e["cat"] == "user_annotation" and e["name"].startswith("ProfilerStep#")]
-        truth[document["distributedInfo"]["rank"]] = {"file": str(path), "start_ns": start, "end_ns": end,
+        truth[document["distributedInfo"]["rank"]] = {"file": str(path.resolve()), "start_ns": start, "end_ns": end,
                                                       "span_ns": end - start, "steps": len(steps), "step_ns": sum(steps)}
     assert {r["rank"]: {k: v for k, v in r.items() if k != "rank"} for r in data["trace"]["rank_spans"]} == truth
     assert data["trace"]["files"] == [truth[rank]["file"] for rank in range(8)]
