@@ -285,11 +285,12 @@ def _and(words: list[str]) -> str:
 
 
 def _critical_path_words(path: dict[str, Any] | None) -> str:
-    """'; its critical path is compute-bound: 74% compute, 22% host, 4% communication' (kinds of at least 1%)."""
+    """'; its critical path is compute-bound: 74% compute, 22% host, 4% communication' (kinds of at least 1%, as
+    critical_path_phase_totals has them)."""
     if not path:
         return ""
-    shares = sorted(((100 * path[f"{kind}_ns"] / path["path_ns"], kind) for kind in
-                     ("compute", "host", "copy", "communication")), key=lambda share: (-share[0], share[1]))
+    shares = sorted(((path[f"{kind}_pct"], kind) for kind in ("compute", "host", "copy", "communication")),
+                    key=lambda share: (-share[0], share[1]))
     parts = ", ".join(f"{pct:.0f}% {kind}" for pct, kind in shares if pct >= 1)
     return f"; its critical path is {path['bound']}-bound: {parts}"
 

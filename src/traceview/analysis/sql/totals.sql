@@ -75,6 +75,10 @@ FROM copy_directions c JOIN device_engines e ON e.rank = c.rank AND e.device_id 
 --   host_ns: Σ host_ns + launch_latency_ns (the GPU waiting for work to be issued)
 --   bound: the largest of the four (critical_path_bound)
 --   bound_pct: that figure over path_ns, percent
+--   compute_pct: 100 * compute_ns / path_ns
+--   communication_pct: 100 * communication_ns / path_ns
+--   copy_pct: 100 * copy_ns / path_ns
+--   host_pct: 100 * host_ns / path_ns
 CREATE OR REPLACE VIEW critical_path_phase_totals AS
 WITH sums AS (
     SELECT phase, sum(steps)::BIGINT AS steps, sum(path_ns)::BIGINT AS path_ns, sum(compute_ns)::BIGINT AS compute_ns,
@@ -83,7 +87,9 @@ WITH sums AS (
     FROM critical_path_by_phase GROUP BY phase
 )
 SELECT *, critical_path_bound(compute_ns, communication_ns, copy_ns, host_ns) AS bound,
-       100.0 * critical_path_top_ns(compute_ns, communication_ns, copy_ns, host_ns) / path_ns AS bound_pct
+       100.0 * critical_path_top_ns(compute_ns, communication_ns, copy_ns, host_ns) / path_ns AS bound_pct,
+       100.0 * compute_ns / path_ns AS compute_pct, 100.0 * communication_ns / path_ns AS communication_pct,
+       100.0 * copy_ns / path_ns AS copy_pct, 100.0 * host_ns / path_ns AS host_pct
 FROM sums WHERE path_ns > 0 ORDER BY phase;
 
 -- view phase_busy: one row per phase any kernel or memop ran in
