@@ -107,10 +107,12 @@ inside_gaps AS (
       ON w.rank = x.rank AND w.pid = x.pid AND w.lane = x.lane AND x.start_ns > w.start_ns
     WHERE x.start_ns < w.end_ns
 ),
-inside_calls AS (  -- blocking calls of different threads may overlap: a call's window is found on its thread
+inside_calls AS (  -- blocking calls of different threads may overlap: a call's window is found on its thread,
+    -- so only the ranges of threads that made a blocking call are sorted for the join (none, often)
     SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
            x.tid, x.cls, x.depth, x.range_id, x.start_ns, x.end_ns
-    FROM inside x
+    FROM (SELECT * FROM inside
+          WHERE (rank, pid, tid) IN (SELECT rank, pid, tid FROM _windows WHERE lane = 'call')) x
     ASOF JOIN (SELECT * FROM _windows WHERE lane = 'call') w
       ON w.rank = x.rank AND w.pid = x.pid AND w.tid = x.tid AND x.start_ns > w.start_ns
     WHERE x.start_ns < w.end_ns
