@@ -64,6 +64,19 @@ def test_ddp_gradient_all_reduce_is_data_parallel_priced_with_exact_bus_bandwidt
     assert "exposed:data" in finding.fix_facts
 
 
+def test_infinity_fabric_bus_peak_is_one_link_per_peer(tmp_path) -> None:
+    """On an MI300X mesh each peer has a link of its own (hardware/mi300x.toml: 7 links of 64 GB/s per
+    direction), so an 8-rank all-reduce can drive min(n - 1, 7) = 7 of them: 448 GB/s, not one link's 64."""
+    spec = replace(runs.ddp_backward_all_reduce(), world_size=8)
+    trace = traceview.load(write_kineto(spec, tmp_path / "mi300x.json")).analyze(gpu="mi300x")
+    assert trace.sql("SELECT gpu_link_kind, gpu_links, gpu_link_bytes_per_s FROM gpu_specs WHERE spec_id = 'mi300x'"
+                     ).rows() == [("infinity-fabric", 7, 64e9)]
+    bus = runs.GRAD_ELEMENTS * 2 / (runs.GRAD_ALL_REDUCE_NS / 1e9) * 2 * (8 - 1) / 8
+    assert trace.sql("SELECT group_size, link, link_bytes_per_s, bus_bytes_per_s, pct_of_link FROM collective_summary"
+                     ).rows() == [(8, "Infinity Fabric x7", 7 * 64e9, pytest.approx(bus),
+                                   pytest.approx(100 * bus / (7 * 64e9)))]
+
+
 def test_send_recv_is_pipeline(tmp_path) -> None:
     trace = _trace(tmp_path, runs.pipeline_send_recv)
     assert trace.sql("SELECT * FROM parallelism").rows() == [(0, "pipeline", "3 send/recvs over 3 steps")]

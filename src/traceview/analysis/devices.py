@@ -122,7 +122,8 @@ def attach_gpu_specs(con: duckdb.DuckDBPyConnection, matches: dict[tuple[int, in
     MODULE.run(con, "gpu_peaks", **_columns("gpu_peaks", peaks))
     spec_rows = [(s.id, s.name, s.vendor, s.architecture, s.hbm_tbps * 1e12, s.memory_bytes, s.sm_count, s.l2_bytes,
                   s.l2_bytes_per_s, s.host_link and s.host_link.label, s.host_link and s.host_link.bytes_per_s,
-                  s.gpu_link and s.gpu_link.label, s.gpu_link and s.gpu_link.bytes_per_s) for s in all_specs]
+                  s.gpu_link and s.gpu_link.label, s.gpu_link and s.gpu_link.bytes_per_s, s.gpu_link and s.gpu_link.kind,
+                  s.gpu_link and s.gpu_link.links) for s in all_specs]
     MODULE.run(con, "gpu_specs", **_columns("gpu_specs", spec_rows))
     classes = load_architectures()[0]
     covers = [(c.id, s.id) for c in classes for s in all_specs if s.architecture in c.covers]

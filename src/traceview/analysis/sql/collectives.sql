@@ -228,13 +228,12 @@ WITH calls AS (
     SELECT c.*,
            CASE WHEN c.phase IN ('prefill', 'decode', 'mixed') THEN 'serving' WHEN c.phase = 'train' THEN 'train'
                 ELSE 'other' END AS workload,
-           CASE WHEN g.gpu_link = 'none' THEN g.host_link ELSE g.gpu_link END AS link,
-           CASE WHEN g.gpu_link = 'none' THEN g.host_link_bytes_per_s
-                WHEN g.gpu_link LIKE 'Infinity Fabric%' AND c.group_size > 1
-                    THEN g.gpu_link_bytes_per_s * CASE WHEN c.group_size - 1 < TRY_CAST(regexp_extract(g.gpu_link, 'x([0-9]+)$', 1) AS INTEGER)
-                                                       THEN c.group_size - 1
-                                                       ELSE TRY_CAST(regexp_extract(g.gpu_link, 'x([0-9]+)$', 1) AS INTEGER) END
-                WHEN g.gpu_link LIKE 'Infinity Fabric%' THEN NULL
+           CASE WHEN g.gpu_link_kind = 'none' THEN g.host_link ELSE g.gpu_link END AS link,
+           CASE WHEN g.gpu_link_kind = 'none' THEN g.host_link_bytes_per_s
+                WHEN g.gpu_link_kind = 'infinity-fabric' AND c.group_size > 1
+                    THEN g.gpu_link_bytes_per_s * CASE WHEN c.group_size - 1 < g.gpu_links THEN c.group_size - 1
+                                                       ELSE g.gpu_links END
+                WHEN g.gpu_link_kind = 'infinity-fabric' THEN NULL
                 ELSE g.gpu_link_bytes_per_s END AS link_bytes_per_s
     FROM collective_calls c
     LEFT JOIN devices d ON d.rank = c.rank AND d.device_id = c.device_id

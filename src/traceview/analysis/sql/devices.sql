@@ -97,6 +97,10 @@ WHERE _devices.rank = m.rank AND _devices.device_id = m.device_id;
 --     PCIe); NULL where hardware/ has no sourced link
 --   gpu_link_bytes_per_s: what one GPU can drive to one peer per direction, bytes/s (half the vendor's
 --     bidirectional figure); NULL when not known or `none`
+--   gpu_link_kind: the link's kind in hardware/: nvlink, nvlink-bridge, nvlink-c2c, infinity-fabric or none; NULL
+--     where hardware/ has no sourced link
+--   gpu_links: the number of links (NVLink links, Infinity Fabric links: one per peer of an xGMI mesh); NULL when
+--     hardware/ does not state it
 CREATE OR REPLACE TABLE gpu_specs AS
 SELECT unnest($spec_id::VARCHAR[]) AS spec_id, unnest($name::VARCHAR[]) AS name,
        unnest($vendor::VARCHAR[]) AS vendor, unnest($architecture::VARCHAR[]) AS architecture,
@@ -104,7 +108,8 @@ SELECT unnest($spec_id::VARCHAR[]) AS spec_id, unnest($name::VARCHAR[]) AS name,
        unnest($sm_count::BIGINT[]) AS sm_count, unnest($l2_bytes::BIGINT[]) AS l2_bytes,
        unnest($l2_bytes_per_s::DOUBLE[]) AS l2_bytes_per_s, unnest($host_link::VARCHAR[]) AS host_link,
        unnest($host_link_bytes_per_s::DOUBLE[]) AS host_link_bytes_per_s,
-       unnest($gpu_link::VARCHAR[]) AS gpu_link, unnest($gpu_link_bytes_per_s::DOUBLE[]) AS gpu_link_bytes_per_s;
+       unnest($gpu_link::VARCHAR[]) AS gpu_link, unnest($gpu_link_bytes_per_s::DOUBLE[]) AS gpu_link_bytes_per_s,
+       unnest($gpu_link_kind::VARCHAR[]) AS gpu_link_kind, unnest($gpu_links::INTEGER[]) AS gpu_links;
 
 -- section: gpu_peaks
 -- table gpu_peaks: one row per (spec, dtype) with a published dense peak
