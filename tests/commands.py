@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from conftest import SHARED_TRACES, ingest_cache, on_all_cores
+from conftest import session_cache, on_all_cores
 from traceview import cli
 
 
@@ -31,14 +31,14 @@ class Ran:
 def traceview_cli(*args: object, env: dict | None = None, cwd: Path | None = None, cache: bool = True) -> Ran:
     """`traceview ARGS` run in this process as `traceview.cli.main` runs it, stdout and stderr captured apart.
 
-    A real trace among the arguments is read through the session's ingest cache (parsed once a session) unless
-    `cache` is false or the caller sets TRACEVIEW_CACHE_DIR itself. The environment, the working directory and
+    Every trace is read through the session's cache (`--cache-dir`: each trace parsed and analysed once a session)
+    unless `cache` is false or the caller sets TRACEVIEW_CACHE_DIR itself. The environment, the working directory and
     the SIGINT handler are restored afterwards, whatever the command changed. `diff` and `audit` run with
     --jobs 1: the tests' process holds DuckDB's threads and must not fork workers (traceview_process does)."""
     argv = _without_worker_processes([str(arg) for arg in args])
     overrides = dict(env or {})
-    if cache and "TRACEVIEW_CACHE_DIR" not in overrides and _reads_shared_traces(argv):
-        overrides["TRACEVIEW_CACHE_DIR"] = str(ingest_cache())
+    if cache and "TRACEVIEW_CACHE_DIR" not in overrides:
+        overrides["TRACEVIEW_CACHE_DIR"] = str(session_cache())
     stdout, stderr = io.BytesIO(), io.BytesIO()
     with _isolated(overrides, cwd):
         sys.stdout = io.TextIOWrapper(stdout, encoding="utf-8", write_through=True)
@@ -52,12 +52,12 @@ def traceview_cli(*args: object, env: dict | None = None, cwd: Path | None = Non
 
 def traceview_process(*args: object, env: dict | None = None, cwd: Path | None = None, cache: bool = True,
                       timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """`python -m traceview ARGS` as its own process on every core, for what only a process shows; real traces are
-    read through the session's ingest cache as in `traceview_cli`."""
+    """`python -m traceview ARGS` as its own process on every core, for what only a process shows; traces are read
+    through the session's cache as in `traceview_cli`."""
     argv = [str(arg) for arg in args]
     environment = {**os.environ, **(env or {})}
-    if cache and "TRACEVIEW_CACHE_DIR" not in (env or {}) and _reads_shared_traces(argv):
-        environment["TRACEVIEW_CACHE_DIR"] = str(ingest_cache())
+    if cache and "TRACEVIEW_CACHE_DIR" not in (env or {}):
+        environment["TRACEVIEW_CACHE_DIR"] = str(session_cache())
     with on_all_cores():
         return subprocess.run([sys.executable, "-m", "traceview", *argv], capture_output=True, text=True,
                               env={name: value for name, value in environment.items() if value is not None}, cwd=cwd,
@@ -72,11 +72,6 @@ def _without_worker_processes(argv: list[str]) -> list[str]:
         assert argv[argv.index("--jobs") + 1] == "1", "worker processes run from traceview_process, not in this process"
         return argv
     return [*argv, "--jobs", "1"]
-
-
-def _reads_shared_traces(argv: list[str]) -> bool:
-    shared = str(SHARED_TRACES)
-    return any(arg.startswith(shared) for arg in argv)
 
 
 @contextmanager

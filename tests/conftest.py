@@ -165,8 +165,9 @@ def store() -> Path:
     return Path(os.environ[STORE_VARIABLE])
 
 
-def ingest_cache() -> Path:
-    """The `--cache-dir` the tests' own commands use for real traces: each is parsed once a session."""
+def session_cache() -> Path:
+    """The `--cache-dir` of the tests' own commands and shared traces: each trace is parsed once a session, and
+    analysed once per set of options."""
     return store() / "ingest"
 
 
@@ -236,22 +237,23 @@ def _shared_traces_left_clean():
 def ingested(path: Path) -> SharedTrace:
     """The trace as ingested, before any analysis; one per worker, parsed once a session."""
     if path not in _ingested:
-        loaded = traceview.load(path, cache_dir=ingest_cache())
+        loaded = traceview.load(path, cache_dir=session_cache())
         _ingested[path] = SharedTrace(loaded.con, loaded.source)
     return _ingested[path]
 
 
 def analysed(path: Path, **options) -> SharedTrace:
-    """The trace analysed with `options` (AnalysisOptions fields): analysed once a session and saved to the store,
-    then read by every worker as a copy of that database."""
+    """The trace analysed with `options` (AnalysisOptions fields): analysed once a session, by the first worker to
+    ask, into the session's `--cache-dir`, then read by every worker as a copy of that database."""
     key = (path, tuple(sorted(options.items())))
     if key not in _analysed:
         def build(target: Path) -> None:
-            with traceview.load(path, cache_dir=ingest_cache()) as fresh:
-                fresh.analyze(**options).save(target)
+            with traceview.load(path, cache_dir=session_cache()) as fresh:
+                fresh.analyze(**options)
+            target.touch()
 
-        saved = built_once(f"analysed/{trace_key(path, options)}.duckdb", build)
-        loaded = traceview.load(saved)
+        built_once(f"analysed/{trace_key(path, options)}", build)
+        loaded = traceview.load(path, cache_dir=session_cache()).analyze(**options)
         shared = SharedTrace(loaded.con, path)
         shared.analysis_options = AnalysisOptions(**options)
         _analysed[key] = shared
@@ -327,7 +329,7 @@ def corpus_audit() -> CorpusAudit:
     def build(target: Path) -> None:
         with tempfile.TemporaryDirectory() as folder:
             before = checksums()
-            environment = {**os.environ, "TRACEVIEW_CACHE_DIR": str(ingest_cache())}
+            environment = {**os.environ, "TRACEVIEW_CACHE_DIR": str(session_cache())}
             with on_all_cores():
                 result = subprocess.run([sys.executable, "-m", "traceview", "audit", str(SHARED_TRACES), "--jobs", "2",
                                          "--json", f"{folder}/a.json", "--junit", f"{folder}/a.xml"],

@@ -221,6 +221,36 @@ def test_cache_dir_reuses_an_ingest_keyed_by_content(tmp_path: Path) -> None:
     assert len(list(cache.iterdir())) == 2
 
 
+def test_cache_dir_keeps_each_analysis_keyed_by_its_options_and_names_the_trace_read_now(tmp_path: Path) -> None:
+    from traceview.testing import llm_serving_spec, write_kineto
+
+    trace = write_kineto(llm_serving_spec(), tmp_path / "a" / "s.json.gz")
+    cache = tmp_path / "cache"
+
+    def report(path: Path, name: str, *options: str) -> tuple[bytes, str]:
+        result = traceview_cli("report", path, "--format", "json", "-o", tmp_path / name, "--profile", *options,
+                               env={"TRACEVIEW_CACHE_DIR": str(cache)})
+        assert result.returncode == 0, result.stderr
+        return (tmp_path / name).read_bytes(), result.stderr
+
+    fresh, fresh_profile = report(trace, "1.json")
+    assert "(cached)" not in fresh_profile and "analysis  critical_path" in fresh_profile
+    assert sorted(p.name.count("-analysed-") for p in cache.iterdir()) == [0, 1]  # the ingest and its analysis
+    again, again_profile = report(trace, "2.json")
+    assert again == fresh  # the copy reports byte for byte what the analysis did
+    assert "analysis  (cached)" in again_profile and "analysis  critical_path" not in again_profile
+    other, _ = report(trace, "3.json", "--gpu", "a100-sxm4-80gb")  # other options: analysed again, kept apart
+    assert json.loads(other)["gpu"]["spec_id"] == "a100-sxm4-80gb" != json.loads(fresh)["gpu"]["spec_id"]
+    assert len(list(cache.glob("*-analysed-*.duckdb"))) == 2
+    moved = tmp_path / "b" / "s.json.gz"  # the same bytes elsewhere: the cached analysis, the path read now
+    moved.parent.mkdir()
+    moved.write_bytes(trace.read_bytes())
+    copied, copied_profile = report(moved, "4.json")
+    assert "(cached)" in copied_profile and len(list(cache.iterdir())) == 3
+    assert json.loads(copied)["trace"]["files"] == [str(moved.resolve())]
+    assert json.loads(fresh)["trace"]["files"] == [str(trace.resolve())]
+
+
 def test_memory_limit_flag(tmp_path: Path) -> None:
     from traceview.testing import llm_serving_spec, write_kineto
 

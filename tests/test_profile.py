@@ -32,7 +32,7 @@ def profile_rows(stderr: str) -> dict[tuple[str, str], tuple[float, int | None]]
 
 
 def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: Path, tmp_path: Path, all_cores) -> None:
-    result = traceview_cli("report", trace, "--profile", "--format", "md,json", "-o", tmp_path / "r.md")
+    result = traceview_cli("report", trace, "--profile", "--format", "md,json", "-o", tmp_path / "r.md", cache=False)
     assert result.returncode == 0, result.stderr
     rows = profile_rows(result.stderr)
     assert {name for kind, name in rows if kind == "analysis"} == {stage.name for stage in STAGES}
@@ -62,7 +62,7 @@ def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: P
 
 
 def test_check_profile_and_no_profile_without_the_flag(trace: Path) -> None:
-    profiled = traceview_cli("check", trace, "--profile", "--format", "json")
+    profiled = traceview_cli("check", trace, "--profile", "--format", "json", cache=False)
     assert profiled.returncode == 0, profiled.stderr
     assert ("rules", "TV202") in profile_rows(profiled.stderr) and profiled.stdout.startswith("{")
     plain = traceview_cli("check", trace, "--format", "json")
@@ -71,7 +71,7 @@ def test_check_profile_and_no_profile_without_the_flag(trace: Path) -> None:
 
 def test_audit_profile_sums_the_workers_and_names_each_trace(trace: Path, tmp_path: Path) -> None:
     second = write_kineto(llm_serving_spec(seed=1), tmp_path / "other.json.gz")
-    result = traceview_process("audit", trace, second, "--profile", "--jobs", "2", "--json", tmp_path / "a.json")
+    result = traceview_process("audit", trace, second, "--profile", "--jobs", "2", "--json", tmp_path / "a.json", cache=False)
     assert result.returncode == 0, result.stderr
     rows = profile_rows(result.stderr)
     assert "profile of 2 traces" in result.stderr

@@ -6,6 +6,8 @@ import hashlib
 import os
 import re
 import tempfile
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,8 @@ from traceview.model import db
 
 if TYPE_CHECKING:  # polars (0.1 s to import) only where a frame is asked for
     import polars as pl
+
+    from traceview.analysis.pipeline import AnalysisOptions
 
 DUCKDB_MAGIC_OFFSET = 8
 DUCKDB_MAGIC = b"DUCK"
@@ -36,10 +40,11 @@ def is_duckdb_file(path: Path) -> bool:
 class Trace:
     """An ingested trace: one DuckDB database holding the traceview schema."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, source: Path):
+    def __init__(self, con: duckdb.DuckDBPyConnection, source: Path, cache: AnalysisCache | None = None):
         self.con = con
         self.source = source
         self.analysis_options = None  # what the trace was last analysed with; None: not analysed
+        self._cache = cache
 
     @property
     def analyzed(self) -> bool:
@@ -72,16 +77,32 @@ class Trace:
         """Add the analysis tables (categories, GPU match, steps, phases, roofline); see docs/analysis.md.
 
         `options` is an analysis.AnalysisOptions; keyword arguments build one. Analysing again with
-        other options replaces every analysis result; with the same options it does nothing.
+        other options replaces every analysis result; with the same options it does nothing. A trace
+        loaded through a cache directory reads an analysis kept there (AnalysisCache) into a new `con`,
+        or keeps the one it runs: read `trace.con` after analysing, not before.
         """
         from traceview.analysis.pipeline import AnalysisOptions, analyze
 
         options = options or AnalysisOptions(**kwargs)
         if options != self.analysis_options:
             self.analysis_options = None
-            analyze(self.con, options)
+            kept = self._cache.analysed(options) if self._cache else None
+            if kept is not None and kept.exists():
+                with profiling.step("analysis", "(cached)"):
+                    self._reopen(kept)
+            else:
+                analyze(self.con, options)
+                if kept is not None:
+                    self._cache.keep(self, kept)
             self.analysis_options = options
         return self
+
+    def _reopen(self, saved: Path) -> None:
+        """Swap this trace's database for a cached copy of it (the same trace, already analysed)."""
+        con = _open_saved(saved, self._cache.memory_limit)
+        point_at(con, self.source)
+        self.con.close()
+        self.con = con
 
     def save(self, target: Path) -> None:
         """Persist every table and view to a DuckDB file, written beside and renamed into place."""
@@ -180,6 +201,51 @@ def content_key(source: Path) -> str:
     return digest.hexdigest()[:32]
 
 
+@dataclass(frozen=True)
+class AnalysisCache:
+    """Where `--cache-dir` keeps a trace once analysed: beside its ingest, keyed by the trace's content, the
+    analysis options (a model config by its values) and traceview's own code and data, so a changed option,
+    model file, hardware/ file or traceview version analyses again."""
+
+    directory: Path
+    content: str  # content_key of the trace
+    memory_limit: str | None
+
+    def analysed(self, options: AnalysisOptions) -> Path:
+        model = options.model_options()
+        digest = hashlib.sha256(f"{code_key()}\0{options!r}\0{model!r}".encode()).hexdigest()[:16]
+        return self.directory / f"{self.content}-analysed-{digest}.duckdb"
+
+    def keep(self, trace: Trace, target: Path) -> None:
+        try:
+            trace.save(target)
+        except (OSError, duckdb.Error) as exc:
+            raise TraceviewError(f"{target}: cannot write the cache ({str(exc).splitlines()[0]})") from None
+
+
+@lru_cache(maxsize=None)
+def code_key() -> str:
+    """A digest of what an analysis is computed by: traceview's version and every file of its installed package,
+    its hardware/ folder, and DuckDB's version. An edited checkout gets a new key without a version bump."""
+    from traceview.resources import data_dir
+
+    digest = hashlib.sha256(f"{__version__}\0{duckdb.__version__}".encode())
+    for root in (Path(__file__).parent, data_dir("hardware")):
+        for file in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".pyc"):
+            digest.update(f"{file.relative_to(root)}\0".encode() + file.read_bytes())
+    return digest.hexdigest()
+
+
+def point_at(con: duckdb.DuckDBPyConnection, source: Path) -> None:
+    """A cached database names the files it was first read from; the trace is the one read now (trace_info.file
+    is the absolute path of each input file: a rank directory's files keep their names, which the key holds)."""
+    if source.is_dir():
+        for (old,) in con.execute("SELECT DISTINCT file FROM trace_info").fetchall():
+            con.execute("UPDATE trace_info SET file = ? WHERE file = ?", [str(source.resolve() / Path(old).name), old])
+    else:
+        con.execute("UPDATE trace_info SET file = ?", [str(source.resolve())])
+
+
 def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Copy a saved database into memory: the file is only ever read, and analysis can add to the copy."""
     con = _connect_for(source, memory_limit)
@@ -209,7 +275,8 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
 
     Everything lives in memory (a saved database is attached read-only and copied), so nothing a
     query or an analysis does can reach the input file. With `cache_dir` (or $TRACEVIEW_CACHE_DIR)
-    the ingested tables are kept there, keyed by the trace's content, so the next load is a copy.
+    the ingested tables are kept there, keyed by the trace's content, so the next load is a copy, and so is
+    each analysis (`Trace.analyze`: AnalysisCache), so the next command with the same options skips it.
     `memory_limit` (or $TRACEVIEW_MEMORY_LIMIT) caps DuckDB's memory; past it, work spills to disk.
     """
     source = Path(path)
@@ -218,9 +285,12 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     if source.is_file() and is_duckdb_file(source):
         return Trace(_open_saved(source, memory_limit), source)
     cache_root = cache_dir or os.environ.get("TRACEVIEW_CACHE_DIR")
-    cached = Path(cache_root) / f"{content_key(source)}.duckdb" if cache_root else None
+    cache = AnalysisCache(Path(cache_root), content_key(source), memory_limit) if cache_root else None
+    cached = cache.directory / f"{cache.content}.duckdb" if cache else None
     if cached and cached.exists():
-        return Trace(_open_saved(cached, memory_limit), source)
+        con = _open_saved(cached, memory_limit)
+        point_at(con, source)
+        return Trace(con, source, cache)
     con = _connect_for(source, memory_limit)
     try:
         with profiling.step("ingest", source.name, lambda: con.execute("SELECT count(*) FROM kernels").fetchone()[0]):
@@ -230,7 +300,7 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
         raise
     _size_for_analysis(con, memory_limit)
     db.fit_threads(con)
-    trace = Trace(con, source)
+    trace = Trace(con, source, cache)
     if cached:
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)

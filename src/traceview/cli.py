@@ -94,7 +94,8 @@ def _print_frame(frame: pl.DataFrame, fmt: str) -> None:
               help="Cap DuckDB's memory, e.g. 8GB (default: sized from the trace and the machine, "
                    "docs/performance.md); work past it spills to disk.")
 @click.option("--cache-dir", envvar="TRACEVIEW_CACHE_DIR", type=click.Path(path_type=Path, file_okay=False),
-              help="Keep ingested traces here, keyed by content, so the next command skips ingest.")
+              help="Keep ingested and analysed traces here, keyed by content (an analysis also by its options "
+                   "and traceview's code), so the next command skips ingest and analysis.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool, memory_limit: str | None, cache_dir: Path | None) -> None:
     """Turn GPU profiler traces into answers.

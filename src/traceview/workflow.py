@@ -84,7 +84,8 @@ def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult |
 def export(trace: api.Trace, options: CheckOptions, target: Path) -> ExportSummary:
     """`traceview export`: the trace and its findings (each with the window the report gives it) as Chrome
     trace-event JSON at `target`."""
-    findings = finding_windows(trace.con, [f.to_dict() for f in check(trace, options).findings])
+    checked = check(trace, options)  # first: an analysis read from --cache-dir replaces trace.con
+    findings = finding_windows(trace.con, [f.to_dict() for f in checked.findings])
     return write_chrome_trace(trace.con, findings, target, version=__version__)
 
 
