@@ -251,6 +251,26 @@ def test_cache_dir_keeps_each_analysis_keyed_by_its_options_and_names_the_trace_
     assert json.loads(fresh)["trace"]["files"] == [str(trace.resolve())]
 
 
+def test_a_kept_analysis_is_keyed_by_the_options_the_model_config_and_traceviews_code(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
+    from traceview import api
+    from traceview.analysis.pipeline import AnalysisOptions
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+                                  "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                                  "vocab_size": 128256, "model_type": "llama"}))
+    cache = api.AnalysisCache(tmp_path, "content", None)
+    plain, with_model = AnalysisOptions(), AnalysisOptions(model=str(config))
+    keys = {cache.analysed(plain), cache.analysed(with_model), cache.analysed(AnalysisOptions(tp=2))}
+    assert len(keys) == 3 and cache.analysed(AnalysisOptions()) == cache.analysed(plain)
+    before = cache.analysed(with_model)
+    config.write_text(config.read_text().replace('"num_hidden_layers": 32', '"num_hidden_layers": 40'))
+    assert cache.analysed(with_model) != before  # the same path, other values
+    monkeypatch.setattr(api, "code_key", lambda: "an edited checkout")
+    assert cache.analysed(plain) not in keys
+
+
 def test_memory_limit_flag(tmp_path: Path) -> None:
     from traceview.testing import llm_serving_spec, write_kineto
 
