@@ -100,7 +100,7 @@ class Trace:
     def _reopen(self, saved: Path) -> None:
         """Swap this trace's database for a cached copy of it (the same trace, already analysed)."""
         con = _open_saved(saved, self._cache.memory_limit)
-        point_at(con, self.source)
+        _point_at(con, self.source)
         self.con.close()
         self.con = con
 
@@ -236,7 +236,7 @@ def code_key() -> str:
     return digest.hexdigest()
 
 
-def point_at(con: duckdb.DuckDBPyConnection, source: Path) -> None:
+def _point_at(con: duckdb.DuckDBPyConnection, source: Path) -> None:
     """A cached database names the files it was first read from; the trace is the one read now (trace_info.file
     is the absolute path of each input file: a rank directory's files keep their names, which the key holds)."""
     if source.is_dir():
@@ -289,7 +289,7 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     cached = cache.directory / f"{cache.content}.duckdb" if cache else None
     if cached and cached.exists():
         con = _open_saved(cached, memory_limit)
-        point_at(con, source)
+        _point_at(con, source)
         return Trace(con, source, cache)
     con = _connect_for(source, memory_limit)
     try:
