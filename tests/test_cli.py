@@ -260,7 +260,7 @@ def test_a_kept_analysis_is_keyed_by_the_options_the_model_config_and_traceviews
     config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
                                   "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
                                   "vocab_size": 128256, "model_type": "llama"}))
-    cache = api.AnalysisCache(tmp_path, "content", None)
+    cache = api.TraceCache(tmp_path, "content", None)
     plain, with_model = AnalysisOptions(), AnalysisOptions(model=str(config))
     keys = {cache.analysed(plain), cache.analysed(with_model), cache.analysed(AnalysisOptions(tp=2))}
     assert len(keys) == 3 and cache.analysed(AnalysisOptions()) == cache.analysed(plain)

@@ -40,7 +40,7 @@ def is_duckdb_file(path: Path) -> bool:
 class Trace:
     """An ingested trace: one DuckDB database holding the traceview schema."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, source: Path, cache: AnalysisCache | None = None):
+    def __init__(self, con: duckdb.DuckDBPyConnection, source: Path, cache: TraceCache | None = None):
         self.con = con
         self.source = source
         self.analysis_options = None  # what the trace was last analysed with; None: not analysed
@@ -78,7 +78,7 @@ class Trace:
 
         `options` is an analysis.AnalysisOptions; keyword arguments build one. Analysing again with
         other options replaces every analysis result; with the same options it does nothing. A trace
-        loaded through a cache directory reads an analysis kept there (AnalysisCache) into a new `con`,
+        loaded through a cache directory reads an analysis kept there (TraceCache) into a new `con`,
         or keeps the one it runs: read `trace.con` after analysing, not before.
         """
         from traceview.analysis.pipeline import AnalysisOptions, analyze
@@ -99,8 +99,7 @@ class Trace:
 
     def _reopen(self, saved: Path) -> None:
         """Swap this trace's database for a cached copy of it (the same trace, already analysed)."""
-        con = _open_saved(saved, self._cache.memory_limit)
-        _point_at(con, self.source)
+        con = self._cache.open(saved, self.source)
         self.con.close()
         self.con = con
 
@@ -202,21 +201,41 @@ def content_key(source: Path) -> str:
 
 
 @dataclass(frozen=True)
-class AnalysisCache:
-    """Where `--cache-dir` keeps a trace once analysed: beside its ingest, keyed by the trace's content, the
-    analysis options (a model config by its values) and traceview's own code and data, so a changed option,
-    model file, hardware/ file or traceview version analyses again."""
+class TraceCache:
+    """`--cache-dir`: a trace's ingest (`ingested`) and each of its analyses (`analysed`), keyed by the trace's
+    content; an analysis also by its options (a model config by its values) and traceview's own code and data, so
+    a changed option, model file, hardware/ file or traceview version analyses again."""
 
     directory: Path
     content: str  # content_key of the trace
     memory_limit: str | None
+
+    @property
+    def ingested(self) -> Path:
+        return self.directory / f"{self.content}.duckdb"
 
     def analysed(self, options: AnalysisOptions) -> Path:
         model = options.model_options()
         digest = hashlib.sha256(f"{code_key()}\0{options!r}\0{model!r}".encode()).hexdigest()[:16]
         return self.directory / f"{self.content}-analysed-{digest}.duckdb"
 
+    def open(self, saved: Path, source: Path) -> duckdb.DuckDBPyConnection:
+        """A kept database, copied into memory, naming the files read now: it names the ones first read with
+        these bytes (trace_info.file is each input file's absolute path; a rank directory's files keep their
+        names, which the key holds)."""
+        con = _open_saved(saved, self.memory_limit)
+        if source.is_dir():
+            for (old,) in con.execute("SELECT DISTINCT file FROM trace_info").fetchall():
+                con.execute("UPDATE trace_info SET file = ? WHERE file = ?", [str(source.resolve() / Path(old).name), old])
+        else:
+            con.execute("UPDATE trace_info SET file = ?", [str(source.resolve())])
+        return con
+
     def keep(self, trace: Trace, target: Path) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TraceviewError(f"{self.directory}: cannot create the cache directory ({exc.strerror})") from None
         try:
             trace.save(target)
         except (OSError, duckdb.Error) as exc:
@@ -234,16 +253,6 @@ def code_key() -> str:
         for file in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".pyc"):
             digest.update(f"{file.relative_to(root)}\0".encode() + file.read_bytes())
     return digest.hexdigest()
-
-
-def _point_at(con: duckdb.DuckDBPyConnection, source: Path) -> None:
-    """A cached database names the files it was first read from; the trace is the one read now (trace_info.file
-    is the absolute path of each input file: a rank directory's files keep their names, which the key holds)."""
-    if source.is_dir():
-        for (old,) in con.execute("SELECT DISTINCT file FROM trace_info").fetchall():
-            con.execute("UPDATE trace_info SET file = ? WHERE file = ?", [str(source.resolve() / Path(old).name), old])
-    else:
-        con.execute("UPDATE trace_info SET file = ?", [str(source.resolve())])
 
 
 def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
@@ -276,7 +285,7 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     Everything lives in memory (a saved database is attached read-only and copied), so nothing a
     query or an analysis does can reach the input file. With `cache_dir` (or $TRACEVIEW_CACHE_DIR)
     the ingested tables are kept there, keyed by the trace's content, so the next load is a copy, and so is
-    each analysis (`Trace.analyze`: AnalysisCache), so the next command with the same options skips it.
+    each analysis (`Trace.analyze`: TraceCache), so the next command with the same options skips it.
     `memory_limit` (or $TRACEVIEW_MEMORY_LIMIT) caps DuckDB's memory; past it, work spills to disk.
     """
     source = Path(path)
@@ -285,12 +294,9 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     if source.is_file() and is_duckdb_file(source):
         return Trace(_open_saved(source, memory_limit), source)
     cache_root = cache_dir or os.environ.get("TRACEVIEW_CACHE_DIR")
-    cache = AnalysisCache(Path(cache_root), content_key(source), memory_limit) if cache_root else None
-    cached = cache.directory / f"{cache.content}.duckdb" if cache else None
-    if cached and cached.exists():
-        con = _open_saved(cached, memory_limit)
-        _point_at(con, source)
-        return Trace(con, source, cache)
+    cache = TraceCache(Path(cache_root), content_key(source), memory_limit) if cache_root else None
+    if cache and cache.ingested.exists():
+        return Trace(cache.open(cache.ingested, source), source, cache)
     con = _connect_for(source, memory_limit)
     try:
         with profiling.step("ingest", source.name, lambda: con.execute("SELECT count(*) FROM kernels").fetchone()[0]):
@@ -301,10 +307,6 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
     _size_for_analysis(con, memory_limit)
     db.fit_threads(con)
     trace = Trace(con, source, cache)
-    if cached:
-        try:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TraceviewError(f"{cached.parent}: cannot create the cache directory ({exc.strerror})") from None
-        trace.save(cached)
+    if cache:
+        cache.keep(trace, cache.ingested)
     return trace
