@@ -22,10 +22,39 @@ def with_prev_end_sql(source_sql: str, keys: tuple[str, ...], tiebreak: tuple[st
     makes that order total where it matters which one did, else it follows how threads split the rows.
     """
     return f"""
-        SELECT *, max(end_ns) OVER (PARTITION BY {idents(keys)} ORDER BY {idents(("start_ns", "end_ns", *tiebreak))}
-                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end_ns
-        FROM ({source_sql})
+        SELECT * EXCLUDE (_key, _reach),
+               CASE WHEN lag(_key) OVER () = _key
+                    THEN (lag(_reach) OVER () - (_key << 64) - {_END_SHIFT})::BIGINT END AS prev_end_ns
+        FROM (
+            SELECT *, max((_key << 64) + end_ns + {_END_SHIFT}) OVER (ROWS UNBOUNDED PRECEDING) AS _reach
+            FROM ({key_ordinals_sql(source_sql, keys, ("start_ns", "end_ns", *tiebreak))})
+        )
     """
+
+
+# A BIGINT end shifted into 0 .. 2**64 - 1, below a key ordinal packed above it: the running max of
+# (ordinal << 64) + end + shift carries the current key's latest end once that key has a row
+_END_SHIFT = "9223372036854775808"
+
+
+def key_ordinals_sql(source_sql: str, keys: tuple[str, ...], order: tuple[str, ...]) -> str:
+    """SQL yielding every row of `source` in (keys, order) order with `_key`, the ordinal of its key (HUGEINT).
+
+    Windows per key read one stream: the rows sorted once, on every core, then walked by windows with an empty
+    OVER (a streaming window keeps the sort's order), each function one step along the rows. A window
+    partitioned by the key sorts and walks each partition on its own: one thread for a hot key, and a partition
+    set-up for each of many small keys (1,709 gap windows of 576 k host events: 0.26 -> 0.09 s)."""
+    return f"""
+        SELECT * EXCLUDE (_opens), sum(_opens) OVER (ROWS UNBOUNDED PRECEDING)::HUGEINT AS _key
+        FROM (SELECT *, CASE WHEN {_same_key_sql("lag", keys)} THEN 0 ELSE 1 END AS _opens
+              FROM (SELECT * FROM ({source_sql}) ORDER BY {idents((*keys, *order))}))
+    """
+
+
+def _same_key_sql(neighbour: str, keys: tuple[str, ...]) -> str:
+    """SQL: whether the row before (`lag`) or after (`lead`) in a sorted stream exists and has this row's key."""
+    same = [f"{neighbour}({ident(key)}) OVER () IS NOT DISTINCT FROM {ident(key)}" for key in keys]
+    return " AND ".join([f"{neighbour}(true) OVER () IS NOT NULL", *same])
 
 
 def busy_islands_sql(source_sql: str, keys: tuple[str, ...], merge_gap_sql: str = "0") -> str:
@@ -47,8 +76,7 @@ def islands_from_prev_end_sql(ordered_sql: str, keys: tuple[str, ...], merge_gap
     window over the openers instead of numbering every interval and grouping by island.
     """
     key_list_sql = idents(keys)
-    keyed_sql = idents(f"o.{key}" for key in keys)
-    joined_sql = " AND ".join(f"o.{ident(key)} IS NOT DISTINCT FROM l.{ident(key)}" for key in keys)
+    joined_sql = " AND ".join(f"o.{ident(key)} IS NOT DISTINCT FROM l.{ident(key)}" for key in keys) or "true"
     return f"""
         WITH ordered AS (SELECT {key_list_sql}, start_ns, end_ns, prev_end_ns FROM ({ordered_sql})),
         openers AS (
@@ -56,8 +84,9 @@ def islands_from_prev_end_sql(ordered_sql: str, keys: tuple[str, ...], merge_gap
             WHERE prev_end_ns IS NULL OR start_ns - prev_end_ns > {merge_gap_sql}
         ),
         latest AS (SELECT {key_list_sql}, max(end_ns) AS hi FROM ordered GROUP BY ALL)
-        SELECT {keyed_sql}, o.lo, coalesce(lead(o.prev_end_ns) OVER (PARTITION BY {keyed_sql} ORDER BY o.lo), l.hi) AS hi
-        FROM openers o JOIN latest l ON {joined_sql}
+        SELECT {key_list_sql}, lo, CASE WHEN {_same_key_sql("lead", keys)} THEN lead(prev_end_ns) OVER () ELSE latest_ns END AS hi
+        FROM (SELECT o.*, l.hi AS latest_ns FROM openers o JOIN latest l ON {joined_sql}
+              ORDER BY {idents((*(f"o.{key}" for key in keys), "o.lo"))})
     """
 
 
@@ -91,10 +120,15 @@ def time_before_sql(islands_sql: str, keys: tuple[str, ...]) -> str:
     """`islands` (keys..., lo, hi: disjoint intervals, such as busy_islands_sql yields or a table of them)
     with `before`, the length of the islands before each one."""
     return f"""
-        SELECT {idents(keys)}, lo, hi,
-               coalesce(sum(hi - lo) OVER (PARTITION BY {idents(keys)} ORDER BY lo
-                                           ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-        FROM ({islands_sql})
+        SELECT * EXCLUDE (_through, _first),
+               _through - (hi - lo) - max(CASE WHEN _first THEN _through - (hi - lo) END) OVER (ROWS UNBOUNDED PRECEDING)
+                   AS before
+        FROM (
+            -- the running length of every island so far, and whether the island opens its key: what the islands
+            -- of earlier keys ran is the running length before a key's first island, never less after it
+            SELECT *, sum(hi - lo) OVER (ROWS UNBOUNDED PRECEDING) AS _through, NOT ({_same_key_sql("lag", keys)}) AS _first
+            FROM (SELECT {idents(keys)}, lo, hi FROM ({islands_sql}) ORDER BY {idents((*keys, "lo"))})
+        )
     """
 
 
