@@ -20,7 +20,8 @@ from __future__ import annotations
 import duckdb
 
 from traceview.analysis import sql_module
-from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql, time_before_sql
+from traceview.model.db import ident
+from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql, sums_before_sql, time_before_sql
 
 MODULE = sql_module.load("step_budget")
 
@@ -35,6 +36,13 @@ STAGE = MODULE.stage(run=lambda con, context: build_step_budget(con))
 def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
     kernels = "SELECT rank, start_ns, end_ns FROM gpu_activity WHERE kind = 'kernel'"
     compute = kernels + " AND category IS DISTINCT FROM 'communication'"
+    idle_kinds_sql = ", ".join(
+        f"CASE WHEN {ident(kind)}.lo IS NULL THEN 0 ELSE {ident(kind)}.before + (CASE WHEN w.point < {ident(kind)}.hi "
+        f"THEN w.point - {ident(kind)}.lo ELSE {ident(kind)}.hi - {ident(kind)}.lo END) END AS {ident(kind)}"
+        for kind in IDLE_KINDS)
+    idle_joins_sql = "\n".join(
+        f"ASOF LEFT JOIN (SELECT * FROM gaps WHERE idle_kind = '{kind}') {ident(kind)} "
+        f"ON {ident(kind)}.rank = w.rank AND {ident(kind)}.lo <= w.point" for kind in IDLE_KINDS)
     con.execute(f"""
         CREATE OR REPLACE TABLE step_budget AS
         WITH windows AS (  -- who owns each piece of the timeline: step_windows, the one home of ownership
@@ -55,31 +63,24 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
             UNION ALL
             {islands_with_time_before_sql(compute + " AND rank IN (SELECT rank FROM comm_ranks)", ("rank",))}
         ),
+        one_device AS (  -- ranks whose work ran on one device: their gaps are that device's
+            SELECT rank FROM gpu_activity GROUP BY rank HAVING count(DISTINCT device_id) = 1 AND count(device_id) = count(*)
+        ),
         rank_gaps AS (
             -- gaps between the rank's busy islands; the kind is that of the device gap the next island's
             -- first activity ended (unknown when that activity was its device's first)
+            SELECT rank, start_ns AS lo, end_ns AS hi, idle_kind FROM gpu_idle_gaps WHERE rank IN (SELECT rank FROM one_device)
+            UNION ALL
             SELECT r.rank, r.lo, r.hi, coalesce(k.idle_kind, 'unknown') AS idle_kind
             FROM (SELECT rank, lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS lo, start_ns AS hi
-                  FROM rank_busy_islands) r
-            LEFT JOIN (SELECT rank, end_ns, min(idle_kind) AS idle_kind FROM gpu_idle_gaps GROUP BY rank, end_ns) k
+                  FROM rank_busy_islands WHERE rank NOT IN (SELECT rank FROM one_device)) r
+            LEFT JOIN (SELECT rank, end_ns, min(idle_kind) AS idle_kind FROM gpu_idle_gaps
+                       WHERE rank NOT IN (SELECT rank FROM one_device) GROUP BY rank, end_ns) k
               ON k.rank = r.rank AND k.end_ns = r.hi
             WHERE r.lo IS NOT NULL
         ),
-        gaps AS (
-            SELECT *,
-                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'host_wait')
-                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                       AS before_host_wait,
-                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'sync_drain')
-                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                       AS before_sync_drain,
-                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'bubble')
-                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                       AS before_bubble,
-                   coalesce(sum(hi - lo) FILTER (WHERE idle_kind = 'unknown')
-                            OVER (PARTITION BY rank ORDER BY lo ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-                       AS before_unknown
-            FROM rank_gaps
+        gaps AS (  -- per idle kind, each gap with the gap time of that kind before it
+            {sums_before_sql("SELECT * FROM rank_gaps", ("rank", "idle_kind"), ("lo",), {"before": "hi - lo"})}
         ),
         ends AS (
             -- busy time before each end of the window, for all work, any kernel and compute kernels
@@ -105,21 +106,17 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
         spanned AS (
             SELECT *, span_lo < e AND span_hi > s AND span_hi > span_lo AS has_gpu FROM starts
         ),
+        points AS MATERIALIZED (  -- the ends of every window's GPU span
+            SELECT rank, step_id, s, 'hi' AS side, span_hi AS point FROM spanned WHERE has_gpu
+            UNION ALL
+            SELECT rank, step_id, s, 'lo', span_lo FROM spanned WHERE has_gpu
+        ),
         idle_at AS (
-            -- per idle kind, the rank's gap time of that kind before each end of the window's GPU span
-            SELECT w.rank, w.step_id, w.s, w.side,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_host_wait + CASE WHEN g.idle_kind = 'host_wait' THEN
-                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS host_wait,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_sync_drain + CASE WHEN g.idle_kind = 'sync_drain' THEN
-                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS sync_drain,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_bubble + CASE WHEN g.idle_kind = 'bubble' THEN
-                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS bubble,
-                   CASE WHEN g.lo IS NULL THEN 0 ELSE g.before_unknown + CASE WHEN g.idle_kind = 'unknown' THEN
-                       (CASE WHEN w.point < g.hi THEN w.point - g.lo ELSE g.hi - g.lo END) ELSE 0 END END AS unknown
-            FROM (SELECT rank, step_id, s, 'hi' AS side, span_hi AS point FROM spanned WHERE has_gpu
-                  UNION ALL
-                  SELECT rank, step_id, s, 'lo', span_lo FROM spanned WHERE has_gpu) w
-            ASOF LEFT JOIN gaps g ON g.rank = w.rank AND g.lo <= w.point
+            -- per idle kind, the rank's gap time of that kind before each end of the window's GPU span: the last
+            -- gap of the kind starting before it, with that gap's share up to the point
+            SELECT w.rank, w.step_id, w.s, w.side, {idle_kinds_sql}
+            FROM points w
+            {idle_joins_sql}
         ),
         idle_hi AS (SELECT * FROM idle_at WHERE side = 'hi'),
         idle_lo AS (SELECT * FROM idle_at WHERE side = 'lo'),
