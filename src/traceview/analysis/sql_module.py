@@ -150,7 +150,8 @@ def parse(name: str, text: str) -> SqlModule:
 
 def expand(text: str) -> str:
     """The text with every `name!(args)` macro replaced by its SQL, innermost arguments first."""
-    while (match := _MACRO.search(text)) is not None:
+    start = 0
+    while (match := _next_macro(text, start)) is not None:
         name = match.group(1)
         if name not in MACROS:
             raise ValueError(f"unknown macro {name}!(...): the macros are {', '.join(f'{m}!' for m in MACROS)}")
@@ -159,8 +160,28 @@ def expand(text: str) -> str:
         if not len(arguments) <= len(kinds):
             raise ValueError(f"{name}!(...) takes at most {len(kinds)} arguments, got {len(arguments)}")
         values = [_argument(expand(argument), kind, name) for argument, kind in zip(arguments, kinds)]
-        text = text[:match.start()] + function(*values) + text[end:]
+        expanded = function(*values)
+        text = text[:match.start()] + expanded + text[end:]
+        start = match.start() + len(expanded)
     return text
+
+
+def _next_macro(text: str, start: int) -> re.Match | None:
+    """The first `name!(` at or after `start`: found by its `!(`, then the name before it (a regular expression
+    searching for the name first tries every word of the module, a twentieth of a second at every import)."""
+    while (bang := text.find("!(", start)) >= 0:
+        match = _MACRO.match(text, _word_start(text, bang))
+        if match is not None:
+            return match
+        start = bang + 2
+    return None
+
+
+def _word_start(text: str, end: int) -> int:
+    start = end
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    return start
 
 
 def _arguments(text: str, start: int) -> tuple[int, list[str]]:
