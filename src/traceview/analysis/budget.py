@@ -41,7 +41,7 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
         f"THEN w.point - {ident(kind)}.lo ELSE {ident(kind)}.hi - {ident(kind)}.lo END) END AS {ident(kind)}"
         for kind in IDLE_KINDS)
     idle_joins_sql = "\n".join(
-        f"ASOF LEFT JOIN (SELECT * FROM gaps WHERE idle_kind = '{kind}') {ident(kind)} "
+        f"ASOF LEFT JOIN (SELECT * FROM gaps WHERE idle_kind = $kind_{ident(kind)}) {ident(kind)} "
         f"ON {ident(kind)}.rank = w.rank AND {ident(kind)}.lo <= w.point" for kind in IDLE_KINDS)
     con.execute(f"""
         CREATE OR REPLACE TABLE step_budget AS
@@ -152,5 +152,5 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
         LEFT JOIN step_states t ON t.rank = b.rank AND t.step_id = b.step_id
         JOIN pricing p ON p.rank = b.rank AND p.step_id IS NOT DISTINCT FROM b.step_id
         ORDER BY b.rank, b.step_id NULLS LAST
-    """)
+    """, {f"kind_{kind}": kind for kind in IDLE_KINDS})
     MODULE.run(con)

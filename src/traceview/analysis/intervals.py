@@ -21,20 +21,17 @@ def with_prev_end_sql(source_sql: str, keys: tuple[str, ...], tiebreak: tuple[st
     same start and end only the first in the window's order can end a gap: `tiebreak` (unique columns)
     makes that order total where it matters which one did, else it follows how threads split the rows.
     """
+    # a BIGINT end shifted by 2**63 into 0 .. 2**64 - 1, below the key's ordinal packed above it: one running max
+    # of (ordinal << 64) + end + 2**63 carries the current key's latest end once that key has a row
     return f"""
         SELECT * EXCLUDE (_key, _reach),
                CASE WHEN lag(_key) OVER () = _key
-                    THEN (lag(_reach) OVER () - (_key << 64) - {_END_SHIFT})::BIGINT END AS prev_end_ns
+                    THEN (lag(_reach) OVER () - (_key << 64) - 9223372036854775808)::BIGINT END AS prev_end_ns
         FROM (
-            SELECT *, max((_key << 64) + end_ns + {_END_SHIFT}) OVER (ROWS UNBOUNDED PRECEDING) AS _reach
+            SELECT *, max((_key << 64) + end_ns + 9223372036854775808) OVER (ROWS UNBOUNDED PRECEDING) AS _reach
             FROM ({key_ordinals_sql(source_sql, keys, ("start_ns", "end_ns", *tiebreak))})
         )
     """
-
-
-# A BIGINT end shifted into 0 .. 2**64 - 1, below a key ordinal packed above it: the running max of
-# (ordinal << 64) + end + shift carries the current key's latest end once that key has a row
-_END_SHIFT = "9223372036854775808"
 
 
 def key_ordinals_sql(source_sql: str, keys: tuple[str, ...], order: tuple[str, ...]) -> str:
