@@ -51,7 +51,7 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
         -- the rank's islands are those of all its work; a rank without memops has the same kernel islands,
         -- and one without communication kernels the same compute islands: each union is built once
         memop_ranks AS (SELECT DISTINCT rank FROM gpu_activity WHERE kind = 'memop'),
-        comm_ranks AS (SELECT DISTINCT rank FROM gpu_activity WHERE category = 'communication'),
+        comm_ranks AS (SELECT DISTINCT rank FROM device_activity WHERE comm_kernels IS NOT NULL),
         all_busy AS ({time_before_sql("SELECT rank, start_ns AS lo, end_ns AS hi FROM rank_busy_islands", ("rank",))}),
         kernel_busy AS (
             SELECT * FROM all_busy WHERE rank NOT IN (SELECT rank FROM memop_ranks)
@@ -64,7 +64,7 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
             {islands_with_time_before_sql(compute + " AND rank IN (SELECT rank FROM comm_ranks)", ("rank",))}
         ),
         one_device AS (  -- ranks whose work ran on one device: their gaps are that device's
-            SELECT rank FROM gpu_activity GROUP BY rank HAVING count(DISTINCT device_id) = 1 AND count(device_id) = count(*)
+            SELECT rank FROM device_activity GROUP BY rank HAVING count(*) = 1 AND count(device_id) = 1
         ),
         rank_gaps AS (
             -- gaps between the rank's busy islands; the kind is that of the device gap the next island's

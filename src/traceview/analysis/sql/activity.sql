@@ -396,8 +396,10 @@ LIMIT 1;
 --   end_ns: the island's last end
 CREATE OR REPLACE TABLE rank_busy_islands AS
 WITH one_device AS NOT MATERIALIZED (
-    -- a rank with one device has that device's islands, read off gpu_activity's own prev_end_ns
-    SELECT rank FROM gpu_activity GROUP BY rank HAVING count(DISTINCT device_id) = 1 AND count(device_id) = count(*)
+    -- a rank with one device has that device's islands, read off gpu_activity's own prev_end_ns; found in
+    -- device_activity's row per device, whose size the planner knows (a count over every activity made it build a
+    -- hash table of all of them to probe one rank)
+    SELECT rank FROM device_activity GROUP BY rank HAVING count(*) = 1 AND count(device_id) = 1
 )
 SELECT rank, lo AS start_ns, hi AS end_ns FROM (
     islands_from_prev_end!((SELECT * FROM gpu_activity WHERE rank IN (SELECT rank FROM one_device)), (rank, device_id))

@@ -104,8 +104,11 @@ WITH one_phase AS (
     GROUP BY rank, device_id HAVING count(DISTINCT phase) = 1
 ),
 intervals AS (
+    -- the one-phase devices as a list, read once: an anti join built a hash table of every kernel to probe them
     SELECT 'kernel' AS kind, rank, device_id, phase, start_ns, end_ns FROM kernels k
-    ANTI JOIN one_phase o ON o.rank = k.rank AND o.device_id = k.device_id
+    WHERE k.device_id IS NULL
+       OR NOT list_contains((SELECT coalesce(list({'rank': rank, 'device_id': device_id}), []) FROM one_phase),
+                            {'rank': k.rank, 'device_id': k.device_id})
     UNION ALL
     SELECT 'copy', m.rank, m.device_id, coalesce(s.phase, 'other'), m.start_ns, m.end_ns FROM memops m
     LEFT JOIN steps s ON s.rank = m.rank AND s.step_id = m.step_id
