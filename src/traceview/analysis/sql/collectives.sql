@@ -60,7 +60,7 @@ WITH comm AS (
     LEFT JOIN api_calls c ON c.rank = a.rank AND c.call_id = a.launch_call_id
     WHERE a.kind = 'kernel' AND a.category = 'communication'
 ),
-range_names AS (  -- the grammars run once per distinct range name
+range_names AS MATERIALIZED (  -- the grammars run once per distinct range name (stored: the planner moved them onto every range)
     SELECT name,
            CASE WHEN regexp_matches(name, '(?i)all_?reduce') THEN 'all_reduce'
                 WHEN regexp_matches(name, '(?i)all_?gather') THEN 'all_gather'
