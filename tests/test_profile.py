@@ -61,6 +61,19 @@ def test_report_profile_names_every_stage_rule_and_output_with_its_rows(trace: P
         assert steps == pytest.approx(kinds[kind][0], abs=0.001 * len(rows))
 
 
+def test_a_command_of_its_own_process_opens_its_profile_with_the_imports(trace: Path) -> None:
+    """`traceview check` as a process counts its imports (the fixed cost every command pays) as a `startup` row that
+    adds to the total; run inside another program, as the other tests run it, a command has no start-up of its own."""
+    ran = traceview_process("check", trace, "--profile", "--format", "json", cache=False)
+    assert ran.returncode == 0, ran.stderr
+    rows = profile_rows(ran.stderr)
+    imports = rows[("startup", "imports")][0]
+    total = float(re.search(r"^all\s+(\d+\.\d{3})$", ran.stderr, re.M).group(1))
+    assert 0.01 < imports < total and ran.stderr.splitlines()[1].startswith("startup")
+    assert not [key for key in profile_rows(traceview_cli("check", trace, "--profile", "--format", "json",
+                                                           cache=False).stderr) if key[0] == "startup"]
+
+
 def test_check_profile_and_no_profile_without_the_flag(trace: Path) -> None:
     profiled = traceview_cli("check", trace, "--profile", "--format", "json", cache=False)
     assert profiled.returncode == 0, profiled.stderr

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
+# when this process began importing traceview: `--profile` opens with the imports' share of a command
+IMPORTED_AT = time.perf_counter()
+
 __version__ = "0.1.0"
 
 from traceview.errors import TraceviewError  # noqa: E402 - after __version__

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import click
 import duckdb
 
-from traceview import api, profiling, workflow
+from traceview import IMPORTED_AT, api, profiling, workflow
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.files import write_atomically
@@ -318,8 +318,8 @@ def explain(ctx: click.Context, rule_id: str) -> None:
 
 def _profile_option(func):
     return click.option("--profile", "profile", is_flag=True,
-                        help="Print on stderr where the time went: wall time and rows per ingest, analysis stage, "
-                             "rule, report section and output.")(func)
+                        help="Print on stderr where the time went: wall time and rows per start-up (imports), "
+                             "ingest, analysis stage, rule, report section and output.")(func)
 
 
 @contextmanager
@@ -329,6 +329,7 @@ def _profiled(enabled: bool):
         yield
         return
     with profiling.collect() as profile:
+        profiling.record_startup()
         yield
     click.echo(profile.table(), err=True, nl=False)
 
@@ -677,6 +678,7 @@ def main() -> None:
     Once the command is done the process leaves without tearing the interpreter down: every file is written
     and closed, every trace's database closed and every worker joined by then, and unloading DuckDB, altair's
     modules and the report's objects one by one cost the sample report 0.05 s of its 1 s."""
+    profiling.process_started(IMPORTED_AT)
     code = run()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -73,6 +73,22 @@ def merged(profiles: list[dict]) -> Profile:
 
 
 _current: contextvars.ContextVar[Profile | None] = contextvars.ContextVar("traceview_profile", default=None)
+_process_started: list[float] = []  # the perf_counter reading at which this command's process began importing
+
+
+def process_started(at: float) -> None:
+    """Mark when this process began importing traceview: the command line's entry point does, so that its command's
+    profile can open with the imports (`record_startup`). A command run inside another program, as the tests run
+    it, has no start-up of its own and no mark."""
+    _process_started[:] = [at]
+
+
+def record_startup() -> None:
+    """Open the current profile with a `startup` row, the imports' time up to now, where this process's start was
+    marked; once, so no later profile of the process (or of a worker forked from it) counts it again."""
+    profile = _current.get()
+    if profile is not None and _process_started:
+        profile.entries.append(Entry("startup", "imports", time.perf_counter() - _process_started.pop()))
 
 
 @contextmanager
