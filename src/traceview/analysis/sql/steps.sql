@@ -197,10 +197,27 @@ WITH bursts AS (SELECT *, row_number() OVER (PARTITION BY rank ORDER BY lo) AS b
                    FROM (SELECT rank, start_ns, end_ns FROM kernels UNION ALL SELECT rank, start_ns, end_ns FROM memops)
                    WHERE rank NOT IN (SELECT DISTINCT rank FROM _step_windows)), (rank), $gap)
 )),
+heads AS (
+    -- the first $head kernels of each burst: one stream of the bursts' starts and the kernels in start order (a
+    -- burst before a kernel of the same start; the kernels nearly in that order already), each kernel reading the
+    -- latest burst before it and its place after it; an ASOF join of every kernel cost three times the sort
+    SELECT rank, b.burst, kernel_id, start_ns
+    FROM (
+        SELECT *, last_value(CASE WHEN kernel_id IS NULL THEN struct_pack(rank := rank, burst := burst, place := place) END
+                             IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING) AS b
+        FROM (SELECT *, row_number() OVER () AS place
+              FROM (SELECT * FROM (SELECT rank, lo AS start_ns, NULL::BIGINT AS kernel_id, burst, 0 AS ord FROM bursts
+                                   UNION ALL
+                                   SELECT rank, start_ns, kernel_id, NULL, 1 FROM kernels
+                                   WHERE rank IN (SELECT rank FROM bursts))
+                    ORDER BY rank, start_ns, ord, kernel_id))
+    )
+    WHERE kernel_id IS NOT NULL AND b.rank = rank AND place - b.place <= $head
+),
 patterns AS (  -- the names of the first kernels of each burst, in start order: a top-n, not a sort
     -- (wrapped, so an unnamed kernel keeps its place)
-    SELECT b.rank, b.burst, hash(list_transform(min_by(struct_pack(name := k.name), (k.start_ns, k.kernel_id), $head), lambda h: h.name)) AS pattern
-    FROM kernels k ASOF JOIN bursts b ON k.rank = b.rank AND k.start_ns >= b.lo
+    SELECT h.rank, h.burst, hash(list_transform(min_by(struct_pack(name := k.name), (h.start_ns, h.kernel_id), $head), lambda x: x.name)) AS pattern
+    FROM heads h JOIN kernels k ON k.rank = h.rank AND k.kernel_id = h.kernel_id
     GROUP BY ALL
 )
 -- a copy-only burst has no kernel pattern: it is GPU work of the run, but repeats nothing
