@@ -72,6 +72,14 @@ def traceview(*args: object) -> list[str]:
     return [sys.executable, "-m", "traceview", *map(str, args)]
 
 
+def emit(lines: list[str], output: Path | None) -> None:
+    """The Markdown on stdout, and in `output` where given."""
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if output:
+        output.write_text(text)
+
+
 def best(results: list[dict]) -> dict:
     ok = [r for r in results if r["rc"] == 0]
     return min(ok, key=lambda r: r["wall_s"]) if ok else results[-1]
@@ -142,10 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                                        "--profile"), pythonpath)
                 table = "\n".join(line for line in result["stderr"].splitlines() if not line.startswith("wrote "))
                 lines += ["", f"`--profile`, {name}, {tree}:", "", "```", table, "```"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text)
+    emit(lines, args.output)
     return 0
 
 

@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import compare  # noqa: E402 - HTA's child script and its trace directory
 import ingest  # noqa: E402 - the inputs
-from before_after import REPO, SAMPLE, log, run, traceview  # noqa: E402 - one way to run a tree's command
+from before_after import REPO, SAMPLE, emit, log, run, traceview  # noqa: E402 - one way to run a tree's command
 
 TARGETS = {"kineto 10x": 1.4, "nsys 2M": 1.6}
 HTA_SPEEDUP = 5.0
@@ -110,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     lines.append("| sample: `report` (html, md, json) | " + " | ".join(
         f"{median(runs[('sample', 'report', t)], 'wall_s'):.3f} s" for t, _ in trees)
         + f" | at most {SAMPLE_QUIET_S} s quiet |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.output:
-        args.output.write_text(text)
+    emit(lines, args.output)
     return 0
 
 

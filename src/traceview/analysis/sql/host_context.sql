@@ -109,55 +109,42 @@ inside AS (  -- the ranges that start in some window, found once, before they ar
     )
     WHERE range_id IS NOT NULL AND island.rank = rank AND island.pid = pid AND start_ns < island.hi
 ),
+-- the lanes a range inside some window is paired with: each device's gaps (the windows of every thread of the
+-- process), and each thread's blocking calls (of its own ranges only: calls of different threads may overlap)
+lanes AS (
+    SELECT DISTINCT rank, pid, lane, CASE WHEN lane = 'call' THEN tid END AS lane_tid FROM _windows
+),
 -- Each range inside a window, with that window: a stream per lane of the ranges and the windows in start order
 -- (a window after a range of the same start: the range must start after the window does), each range reading
 -- the latest window before it; the windows of one lane do not overlap
-inside_gaps AS (
+inside_windows AS (
     SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
            tid, kind AS cls, depth, range_id, start_ns, end_ns
     FROM (
         SELECT *, last_value(CASE WHEN range_id IS NULL
-                                  THEN struct_pack(rank := rank, pid := pid, lane := lane, wid := wid, tid := tid,
-                                                   start_ns := start_ns, end_ns := end_ns) END
+                                  THEN struct_pack(rank := rank, pid := pid, lane := lane, lane_tid := lane_tid,
+                                                   wid := wid, tid := tid, start_ns := start_ns, end_ns := end_ns) END
                              IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING) AS w
         FROM (SELECT * FROM (
-                  SELECT r.rank, r.pid, l.lane, NULL::BIGINT AS wid, r.tid, r.kind, r.depth, r.range_id, r.start_ns,
-                         r.end_ns, 0 AS ord
-                  FROM inside r JOIN (SELECT DISTINCT rank, pid, lane FROM _windows WHERE lane <> 'call') l
-                    USING (rank, pid)
+                  SELECT r.rank, r.pid, l.lane, l.lane_tid, NULL::BIGINT AS wid, r.tid, r.kind, r.depth,
+                         r.range_id, r.start_ns, r.end_ns, 0 AS ord
+                  FROM inside r
+                  JOIN lanes l ON l.rank = r.rank AND l.pid = r.pid AND (l.lane_tid IS NULL OR l.lane_tid = r.tid)
                   UNION ALL
-                  SELECT rank, pid, lane, wid, tid, NULL, NULL, NULL, start_ns, end_ns, 1 FROM _windows
-                  WHERE lane <> 'call')
-              ORDER BY rank, pid, lane, start_ns, ord)
+                  SELECT rank, pid, lane, CASE WHEN lane = 'call' THEN tid END, wid, tid, NULL, NULL, NULL, start_ns,
+                         end_ns, 1
+                  FROM _windows)
+              ORDER BY rank, pid, lane, lane_tid, start_ns, ord)
     )
-    WHERE range_id IS NOT NULL AND w.rank = rank AND w.pid = pid AND w.lane = lane AND start_ns < w.end_ns
-),
-inside_calls AS (  -- blocking calls of different threads may overlap: a call's window is found on its thread
-    -- (one stream per thread), so only the ranges of threads that made a blocking call join it (none, often)
-    SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
-           tid, kind AS cls, depth, range_id, start_ns, end_ns
-    FROM (
-        SELECT *, last_value(CASE WHEN range_id IS NULL
-                                  THEN struct_pack(rank := rank, pid := pid, tid := tid, lane := lane, wid := wid,
-                                                   start_ns := start_ns, end_ns := end_ns) END
-                             IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING) AS w
-        FROM (SELECT * FROM (
-                  SELECT rank, pid, tid, NULL::VARCHAR AS lane, NULL::BIGINT AS wid, kind, depth, range_id, start_ns,
-                         end_ns, 0 AS ord
-                  FROM inside WHERE (rank, pid, tid) IN (SELECT rank, pid, tid FROM _windows WHERE lane = 'call')
-                  UNION ALL
-                  SELECT rank, pid, tid, lane, wid, NULL, NULL, NULL, start_ns, end_ns, 1 FROM _windows
-                  WHERE lane = 'call')
-              ORDER BY rank, pid, tid, start_ns, ord)
-    )
-    WHERE range_id IS NOT NULL AND w.rank = rank AND w.pid = pid AND w.tid = tid AND start_ns < w.end_ns
+    WHERE range_id IS NOT NULL AND w.rank = rank AND w.pid = pid AND w.lane = lane
+      AND w.lane_tid IS NOT DISTINCT FROM lane_tid AND start_ns < w.end_ns
 )
 SELECT rank, lane, wid, pid, w_tid, w_start, w_end, tid,
        CASE cls WHEN 0 THEN 'cpu_op' WHEN 1 THEN 'python_frame' ELSE 'user_range' END AS cls,
        depth, range_id, start_ns, end_ns,
        (CASE WHEN end_ns < w_end THEN end_ns ELSE w_end END)
           - (CASE WHEN start_ns > w_start THEN start_ns ELSE w_start END) AS overlap_ns
-FROM (SELECT * FROM open_at_start UNION ALL SELECT * FROM inside_gaps UNION ALL SELECT * FROM inside_calls);
+FROM (SELECT * FROM open_at_start UNION ALL SELECT * FROM inside_windows);
 
 -- Per window: the CPU op, Python frame and user range of its own thread overlapping it the most, innermost of
 -- equals, and the outermost CPU op around that op (the depth-0 op open at its start).
