@@ -20,8 +20,8 @@ from __future__ import annotations
 import duckdb
 
 from traceview.analysis import sql_module
+from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql, time_before_sql
 from traceview.model.db import ident
-from traceview.analysis.intervals import busy_before_sql, islands_with_time_before_sql, sums_before_sql, time_before_sql
 
 MODULE = sql_module.load("step_budget")
 
@@ -63,24 +63,22 @@ def build_step_budget(con: duckdb.DuckDBPyConnection) -> None:
             UNION ALL
             {islands_with_time_before_sql(compute + " AND rank IN (SELECT rank FROM comm_ranks)", ("rank",))}
         ),
-        one_device AS (  -- ranks whose work ran on one device: their gaps are that device's
-            SELECT rank FROM device_activity GROUP BY rank HAVING count(*) = 1 AND count(device_id) = 1
-        ),
         rank_gaps AS (
             -- gaps between the rank's busy islands; the kind is that of the device gap the next island's
             -- first activity ended (unknown when that activity was its device's first)
-            SELECT rank, start_ns AS lo, end_ns AS hi, idle_kind FROM gpu_idle_gaps WHERE rank IN (SELECT rank FROM one_device)
+            SELECT rank, start_ns AS lo, end_ns AS hi, idle_kind FROM gpu_idle_gaps
+            WHERE rank IN (SELECT rank FROM one_device_ranks)
             UNION ALL
             SELECT r.rank, r.lo, r.hi, coalesce(k.idle_kind, 'unknown') AS idle_kind
             FROM (SELECT rank, lag(end_ns) OVER (PARTITION BY rank ORDER BY start_ns) AS lo, start_ns AS hi
-                  FROM rank_busy_islands WHERE rank NOT IN (SELECT rank FROM one_device)) r
+                  FROM rank_busy_islands WHERE rank NOT IN (SELECT rank FROM one_device_ranks)) r
             LEFT JOIN (SELECT rank, end_ns, min(idle_kind) AS idle_kind FROM gpu_idle_gaps
-                       WHERE rank NOT IN (SELECT rank FROM one_device) GROUP BY rank, end_ns) k
+                       WHERE rank NOT IN (SELECT rank FROM one_device_ranks) GROUP BY rank, end_ns) k
               ON k.rank = r.rank AND k.end_ns = r.hi
             WHERE r.lo IS NOT NULL
         ),
         gaps AS (  -- per idle kind, each gap with the gap time of that kind before it
-            {sums_before_sql("SELECT * FROM rank_gaps", ("rank", "idle_kind"), ("lo",), {"before": "hi - lo"})}
+            {time_before_sql("SELECT * FROM rank_gaps", ("rank", "idle_kind"))}
         ),
         ends AS (
             -- busy time before each end of the window, for all work, any kernel and compute kernels

@@ -115,27 +115,17 @@ def islands_with_time_before_sql(source_sql: str, keys: tuple[str, ...]) -> str:
 
 def time_before_sql(islands_sql: str, keys: tuple[str, ...]) -> str:
     """`islands` (keys..., lo, hi: disjoint intervals, such as busy_islands_sql yields or a table of them)
-    with `before`, the length of the islands before each one."""
-    return sums_before_sql(f"SELECT {idents(keys)}, lo, hi FROM ({islands_sql})", keys, ("lo",), {"before": "hi - lo"})
+    with `before`, the length of the islands of its key before each one (a HUGEINT; 0 for the first).
 
-
-def sums_before_sql(source_sql: str, keys: tuple[str, ...], order: tuple[str, ...], sums: dict[str, str]) -> str:
-    """Every row of `source` with, for each `name: expression` of `sums`, the expression summed over the rows of
-    its key before it in `order` (a HUGEINT; 0 for the key's first row). Each expression is an integer that is
-    never negative, such as a length.
-
-    One sorted stream: the running sum of every row so far less the row's own value, less that same figure at the
-    key's first row (what earlier keys summed, which only grows along the stream, so a running max carries it)."""
-    first_sql = f"NOT ({_same_key_sql('lag', keys)})"
-    through_sql = ", ".join(f"sum({expression}) OVER (ROWS UNBOUNDED PRECEDING) - ({expression}) AS _upto_{ident(name)}"
-                            for name, expression in sums.items())
-    before_sql = ", ".join(f"_upto_{ident(name)} - max(CASE WHEN _first THEN _upto_{ident(name)} END) "
-                           f"OVER (ROWS UNBOUNDED PRECEDING) AS {ident(name)}" for name in sums)
-    helpers_sql = ", ".join(f"_upto_{ident(name)}" for name in sums)
+    One sorted stream: the running length of every island so far less the island's own, less that same figure at
+    the key's first island (what earlier keys ran, which only grows along the stream, so a running max carries it).
+    """
     return f"""
-        SELECT * EXCLUDE (_first, {helpers_sql}), {before_sql}
-        FROM (SELECT *, {first_sql} AS _first, {through_sql}
-              FROM (SELECT * FROM ({source_sql}) ORDER BY {idents((*keys, *order))}))
+        SELECT * EXCLUDE (_first, _upto), _upto - max(CASE WHEN _first THEN _upto END) OVER (ROWS UNBOUNDED PRECEDING)
+                                          AS before
+        FROM (SELECT *, NOT ({_same_key_sql('lag', keys)}) AS _first,
+                     sum(hi - lo) OVER (ROWS UNBOUNDED PRECEDING) - (hi - lo) AS _upto
+              FROM (SELECT {idents(keys)}, lo, hi FROM ({islands_sql}) ORDER BY {idents((*keys, "lo"))}))
     """
 
 

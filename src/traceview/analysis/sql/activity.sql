@@ -4,7 +4,7 @@
 -- windows of their own.
 -- requires: kernels, memops, api_calls, devices, gpu_specs
 -- creates: gpu_activity, gpu_idle_gaps, idle_by_kind, launch_queue_depth, device_activity, busiest_device,
---     rank_busy_islands, comm_islands
+--     one_device_ranks, rank_busy_islands, comm_islands
 --
 -- Needs kernels.category/step_id and memops.step_id. Every interval fact rests on the one running-max window of
 -- analysis/intervals.py, invoked here as its macros (with_prev_end, busy_islands, busy_time, ...; the loader
@@ -390,23 +390,28 @@ LEFT JOIN gpu_specs s ON s.spec_id = d.spec_id
 ORDER BY k.kernel_time_ns DESC, d.rank, d.device_id
 LIMIT 1;
 
+-- view one_device_ranks: one row per rank whose kernels and memops all ran on one known device, so that its busy islands and idle gaps are that device's
+--   rank: trace rank
+--
+-- Read off device_activity's row per device, whose size the planner knows: a count over every activity made it build
+-- a hash table of all of them to probe one rank.
+CREATE OR REPLACE VIEW one_device_ranks AS
+SELECT rank FROM device_activity GROUP BY rank HAVING count(*) = 1 AND count(device_id) = 1;
+
 -- table rank_busy_islands: one row per maximal busy interval of a rank: the union of its kernels and memops over every device
 --   rank: trace rank
 --   start_ns: the island's first start
 --   end_ns: the island's last end
 CREATE OR REPLACE TABLE rank_busy_islands AS
-WITH one_device AS NOT MATERIALIZED (
-    -- a rank with one device has that device's islands, read off gpu_activity's own prev_end_ns; found in
-    -- device_activity's row per device, whose size the planner knows (a count over every activity made it build a
-    -- hash table of all of them to probe one rank)
-    SELECT rank FROM device_activity GROUP BY rank HAVING count(*) = 1 AND count(device_id) = 1
-)
+-- a rank with one device has that device's islands, read off gpu_activity's own prev_end_ns
 SELECT rank, lo AS start_ns, hi AS end_ns FROM (
-    islands_from_prev_end!((SELECT * FROM gpu_activity WHERE rank IN (SELECT rank FROM one_device)), (rank, device_id))
+    islands_from_prev_end!((SELECT * FROM gpu_activity WHERE rank IN (SELECT rank FROM one_device_ranks)),
+                           (rank, device_id))
 )
 UNION ALL
 SELECT rank, lo, hi FROM (
-    busy_islands!((SELECT rank, start_ns, end_ns FROM gpu_activity WHERE NOT rank IN (SELECT rank FROM one_device)),
+    busy_islands!((SELECT rank, start_ns, end_ns FROM gpu_activity
+                   WHERE NOT rank IN (SELECT rank FROM one_device_ranks)),
                   (rank))
 )
 ORDER BY rank, start_ns;

@@ -5,10 +5,9 @@
 -- requires: gpu_idle_gaps, rank_busy_islands, api_calls, ranges, memops, steps
 -- creates: idle_gap_context, blocking_calls, python_event_density
 --
--- No lookup is a range join over all ranges: a range open at a window's start is, per (thread, kind, nesting
--- depth), the latest-starting one there (an ASOF join); a range that starts inside a window finds it as the latest
--- window of its lane starting before it, in one stream of the ranges and the windows in start order (the ranges
--- are nearly in that order already: an ASOF join of each of them cost three times the sort). Windows of one lane (a device's gaps; the blocking calls of
+-- Every lookup is an ASOF join, never a range join over all ranges: a range open at a window's start is, per
+-- (thread, kind, nesting depth), the latest-starting one there; a range that starts inside a window finds it by
+-- the latest window of its lane starting before it. Windows of one lane (a device's gaps; the blocking calls of
 -- a thread) do not overlap, so each range meets at most one window per lane. The windows looked up are the gaps
 -- of at least $min_gap_ns (shorter ones are launch latency) and the host-blocking calls (activity.sql's table
 -- macro host_blocking_calls). A gap sees the events of every thread of the launching process (its covering
@@ -72,8 +71,8 @@ FROM (SELECT * FROM open_at_start UNION ALL SELECT * FROM started_inside);
 -- Every CPU op, Python frame and NVTX or user range overlapping a window: of the launching process for a gap,
 -- of the calling thread for a blocking call; names stay behind (the chosen ranges look theirs up). The ranges'
 -- kind travels through the joins' sorts as a number (0 cpu_op, 1 python_function, 2 nvtx, 3 user_annotation: each
--- nests on its own), named as a class at the end: sorting a million ranges by a string and carrying a second one cost a fifth of
--- the statement.
+-- nests on its own), named as a class at the end: sorting a million ranges by a string and carrying a second one
+-- cost a fifth of the statement.
 CREATE OR REPLACE TEMP TABLE _range_candidates AS
 WITH r AS (
     SELECT rank, pid, tid,
@@ -97,54 +96,36 @@ open_at_start AS (
 covered AS (  -- the windows' union per process: few intervals, which most ranges start outside of
     busy_islands!((SELECT rank, pid, start_ns, end_ns FROM _windows), (rank, pid))
 ),
-inside AS (  -- the ranges that start in some window, found once, before they are paired with each lane: one stream of
-    -- the ranges and the windows' islands in start order, each range reading the latest island before it
-    SELECT * EXCLUDE (island) FROM (
-        SELECT *, last_value(CASE WHEN range_id IS NULL THEN struct_pack(rank := rank, pid := pid, hi := end_ns) END
-                             IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING) AS island
-        FROM (SELECT * FROM (SELECT rank, pid, tid, kind, depth, range_id, start_ns, end_ns, 1 AS ord FROM r
-                             UNION ALL
-                             SELECT rank, pid, NULL, NULL, NULL, NULL, lo, hi, 0 FROM covered)
-              ORDER BY rank, pid, start_ns, ord)
-    )
-    WHERE range_id IS NOT NULL AND island.rank = rank AND island.pid = pid AND start_ns < island.hi
+inside AS (  -- the ranges that start in some window, found once, before they are paired with each lane
+    SELECT x.* FROM r x
+    ASOF JOIN covered c ON c.rank = x.rank AND c.pid = x.pid AND x.start_ns >= c.lo
+    WHERE x.start_ns < c.hi
 ),
--- the lanes a range inside some window is paired with: each device's gaps (the windows of every thread of the
--- process), and each thread's blocking calls (of its own ranges only: calls of different threads may overlap)
-lanes AS (
-    SELECT DISTINCT rank, pid, lane, CASE WHEN lane = 'call' THEN tid END AS lane_tid FROM _windows
-),
--- Each range inside a window, with that window: a stream per lane of the ranges and the windows in start order
--- (a window after a range of the same start: the range must start after the window does), each range reading
--- the latest window before it; the windows of one lane do not overlap
-inside_windows AS (
+inside_gaps AS (
     SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
-           tid, kind AS cls, depth, range_id, start_ns, end_ns
-    FROM (
-        SELECT *, last_value(CASE WHEN range_id IS NULL
-                                  THEN struct_pack(rank := rank, pid := pid, lane := lane, lane_tid := lane_tid,
-                                                   wid := wid, tid := tid, start_ns := start_ns, end_ns := end_ns) END
-                             IGNORE NULLS) OVER (ROWS UNBOUNDED PRECEDING) AS w
-        FROM (SELECT * FROM (
-                  SELECT r.rank, r.pid, l.lane, l.lane_tid, NULL::BIGINT AS wid, r.tid, r.kind, r.depth,
-                         r.range_id, r.start_ns, r.end_ns, 0 AS ord
-                  FROM inside r
-                  JOIN lanes l ON l.rank = r.rank AND l.pid = r.pid AND (l.lane_tid IS NULL OR l.lane_tid = r.tid)
-                  UNION ALL
-                  SELECT rank, pid, lane, CASE WHEN lane = 'call' THEN tid END, wid, tid, NULL, NULL, NULL, start_ns,
-                         end_ns, 1
-                  FROM _windows)
-              ORDER BY rank, pid, lane, lane_tid, start_ns, ord)
-    )
-    WHERE range_id IS NOT NULL AND w.rank = rank AND w.pid = pid AND w.lane = lane
-      AND w.lane_tid IS NOT DISTINCT FROM lane_tid AND start_ns < w.end_ns
+           x.tid, x.kind AS cls, x.depth, x.range_id, x.start_ns, x.end_ns
+    FROM (SELECT r.*, l.lane FROM inside r
+          JOIN (SELECT DISTINCT rank, pid, lane FROM _windows WHERE lane <> 'call') l USING (rank, pid)) x
+    ASOF JOIN (SELECT * FROM _windows WHERE lane <> 'call') w
+      ON w.rank = x.rank AND w.pid = x.pid AND w.lane = x.lane AND x.start_ns > w.start_ns
+    WHERE x.start_ns < w.end_ns
+),
+inside_calls AS (  -- blocking calls of different threads may overlap: a call's window is found on its thread,
+    -- so only the ranges of threads that made a blocking call are sorted for the join (none, often)
+    SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
+           x.tid, x.kind AS cls, x.depth, x.range_id, x.start_ns, x.end_ns
+    FROM (SELECT * FROM inside
+          WHERE (rank, pid, tid) IN (SELECT rank, pid, tid FROM _windows WHERE lane = 'call')) x
+    ASOF JOIN (SELECT * FROM _windows WHERE lane = 'call') w
+      ON w.rank = x.rank AND w.pid = x.pid AND w.tid = x.tid AND x.start_ns > w.start_ns
+    WHERE x.start_ns < w.end_ns
 )
 SELECT rank, lane, wid, pid, w_tid, w_start, w_end, tid,
        CASE cls WHEN 0 THEN 'cpu_op' WHEN 1 THEN 'python_frame' ELSE 'user_range' END AS cls,
        depth, range_id, start_ns, end_ns,
        (CASE WHEN end_ns < w_end THEN end_ns ELSE w_end END)
           - (CASE WHEN start_ns > w_start THEN start_ns ELSE w_start END) AS overlap_ns
-FROM (SELECT * FROM open_at_start UNION ALL SELECT * FROM inside_windows);
+FROM (SELECT * FROM open_at_start UNION ALL SELECT * FROM inside_gaps UNION ALL SELECT * FROM inside_calls);
 
 -- Per window: the CPU op, Python frame and user range of its own thread overlapping it the most, innermost of
 -- equals, and the outermost CPU op around that op (the depth-0 op open at its start).

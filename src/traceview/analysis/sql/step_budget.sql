@@ -2,7 +2,8 @@
 -- Each step's wall time, and each rank's time outside every step, split into disjoint buckets (compute, exposed
 -- communication, copies, GPU idle by kind, outside GPU work) that add up to it exactly; the one accounting of
 -- recoverable time that the rule engine grants findings' savings from (docs/rules.md, savings).
--- requires: steps, step_states, step_windows, gpu_activity, gpu_idle_gaps, rank_busy_islands, device_activity
+-- requires: steps, step_states, step_windows, gpu_activity, gpu_idle_gaps, rank_busy_islands, device_activity,
+--     one_device_ranks
 -- creates: step_budget, step_budget_buckets
 --
 -- The buckets are step_budget's columns after wall_ns, each `<bucket>_ns` (budget.BUCKETS and budget.IDLE_KINDS
