@@ -132,23 +132,15 @@ SELECT a.*, w.prev_end_ns FROM a JOIN w USING (rank, kind, activity_id);
 --
 -- Each gap with the launch call of the work that ended it, and why the GPU waited for it. gpu_idle_gaps is a
 -- table: the budget, the host context and idle_by_kind read every gap, so it is computed once.
-CREATE OR REPLACE TABLE gpu_idle_gaps AS
+-- The launch calls first, in a narrow temporary table of ids and times; the names and causes after. In one
+-- statement DuckDB 2.0.1 joined the 2 M calls of the 2 M-kernel export against gaps carrying their names
+-- while a materialized copy was held, and under a tight memory limit (400-700 MiB) it stopped, at random,
+-- with "failed to pin block"; split, the statement completes at every limit and is no slower.
+CREATE OR REPLACE TEMP TABLE _gap_calls AS
 WITH ended AS NOT MATERIALIZED (
     SELECT rank, device_id, prev_end_ns AS start_ns, start_ns AS end_ns, start_ns - prev_end_ns AS dur_ns,
-           kind, activity_id, step_id, pid, correlation_id
+           kind, activity_id, step_id, pid, correlation_id, launch_call_id
     FROM gpu_activity WHERE start_ns > prev_end_ns
-),
-gaps AS NOT MATERIALIZED (
-    -- the name is looked up per gap, not carried on every activity; a kernel's one name is chosen
-    -- before the join, which then carries one string a kernel, not two. A kernel brings the launch call
-    -- ingest linked it to (kernels.launch_call_id)
-    SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id,
-           CASE g.kind WHEN 'kernel' THEN k.name ELSE m.name END AS name,
-           g.step_id, g.pid, g.correlation_id, k.launch_call_id
-    FROM ended g
-    LEFT JOIN (SELECT rank, kernel_id, coalesce(short_name, name) AS name, launch_call_id FROM kernels) k
-      ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
-    LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
 ),
 first_ids AS (
     -- work with no linked launch (memops, a kernel whose correlation id holds no launch call): the first
@@ -161,26 +153,35 @@ first_ids AS (
                SELECT rank, pid, correlation_id FROM kernels WHERE launch_call_id IS NULL) g
       ON a.rank = g.rank AND a.pid = g.pid AND a.correlation_id = g.correlation_id
     GROUP BY a.rank, a.pid, a.correlation_id
-),
-called AS MATERIALIZED (
-    SELECT g.* EXCLUDE (launch_call_id), a.call_id, a.start_ns AS call_start_ns, a.tid AS call_tid
-    FROM gaps g
-    LEFT JOIN first_ids f ON g.launch_call_id IS NULL AND f.rank = g.rank AND f.pid = g.pid
-                         AND f.correlation_id = g.correlation_id
-    LEFT JOIN api_calls a ON a.rank = g.rank AND a.call_id = coalesce(g.launch_call_id, f.call_id)
-),
-synced AS (
+)
+-- a kernel brings the launch call ingest linked it to (gpu_activity.launch_call_id)
+SELECT g.* EXCLUDE (launch_call_id), a.call_id, a.start_ns AS call_start_ns, a.tid AS call_tid
+FROM ended g
+LEFT JOIN first_ids f ON g.launch_call_id IS NULL AND f.rank = g.rank AND f.pid = g.pid
+                     AND f.correlation_id = g.correlation_id
+LEFT JOIN api_calls a ON a.rank = g.rank AND a.call_id = coalesce(g.launch_call_id, f.call_id);
+
+CREATE OR REPLACE TABLE gpu_idle_gaps AS
+WITH synced AS (
     -- the gaps during which the launching thread sat in a host-blocking call (a synchronize, a
     -- blocking memcpy): few, so found by an inner join and marked on the rest by key
     SELECT DISTINCT g.rank, g.device_id, g.kind, g.activity_id
-    FROM called g
+    FROM _gap_calls g
     JOIN host_blocking_calls() s
       ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.call_id <> g.call_id
      AND s.start_ns < g.end_ns AND s.end_ns > g.start_ns
 ),
-waited AS NOT MATERIALIZED (
-    SELECT g.*, y.activity_id IS NOT NULL AS in_sync
-    FROM called g
+named AS NOT MATERIALIZED (
+    -- the name is looked up per gap, not carried on every activity; a kernel's one name is chosen
+    -- before the join, which then carries one string a kernel, not two
+    SELECT g.rank, g.device_id, g.start_ns, g.end_ns, g.dur_ns, g.kind, g.activity_id,
+           CASE g.kind WHEN 'kernel' THEN k.name ELSE m.name END AS name,
+           g.step_id, g.pid, g.correlation_id, g.call_id, g.call_start_ns, g.call_tid,
+           y.activity_id IS NOT NULL AS in_sync
+    FROM _gap_calls g
+    LEFT JOIN (SELECT rank, kernel_id, coalesce(short_name, name) AS name FROM kernels) k
+      ON g.kind = 'kernel' AND k.rank = g.rank AND k.kernel_id = g.activity_id
+    LEFT JOIN memops m ON g.kind = 'memop' AND m.rank = g.rank AND m.memop_id = g.activity_id
     LEFT JOIN synced y ON y.rank = g.rank AND y.device_id = g.device_id AND y.kind = g.kind
                       AND y.activity_id = g.activity_id
 ),
@@ -194,11 +195,12 @@ caused AS NOT MATERIALIZED (
                WHEN in_sync THEN 'sync_wait'
                ELSE 'host_launch_late'
            END AS cause
-    FROM waited
+    FROM named
 )
 SELECT *, CASE cause WHEN 'host_launch_late' THEN 'host_wait' WHEN 'launch_overhead' THEN 'bubble'
                      WHEN 'sync_wait' THEN 'sync_drain' ELSE 'unknown' END AS idle_kind
 FROM caused;
+DROP TABLE _gap_calls;
 
 -- table idle_by_kind: one row per (rank, device_id, step_id, idle_kind) with any idle gap: the device's idle split by what kept it idle
 --   rank: trace rank
