@@ -140,6 +140,36 @@ def test_missing_file(tmp_path: Path) -> None:
     assert_clean_failure(traceview_cli("info", str(tmp_path / "gone.json")), "gone.json", "no such file")
 
 
+@pytest.mark.parametrize("fixture", ["kineto_text", "nsys_file"])
+def test_a_read_out_of_memory_blames_the_limit_not_the_trace(fixture: str, request, tmp_path: Path) -> None:
+    """A limit too small to parse in is DuckDB's out-of-memory error: the trace is not called damaged or invalid."""
+    trace = request.getfixturevalue(fixture)
+    if isinstance(trace, bytes):
+        trace = tmp_path / "ok.json"
+        trace.write_bytes(request.getfixturevalue(fixture))
+    line = assert_clean_failure(traceview_cli("--memory-limit", "1MB", "info", trace, cache=False), trace.name,
+                                "out of memory", "--memory-limit", "used)")
+    assert "damaged" not in line and "invalid" not in line
+
+
+def test_an_analysis_out_of_memory_is_one_line(monkeypatch, nsys_file: Path) -> None:
+    """Past the reader, DuckDB's error from any step is the same one line (exit 2), with DuckDB's figures."""
+    import duckdb
+
+    from traceview import workflow
+
+    def exhausted(*args, **kwargs):
+        raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block of size 256.0 KiB "
+                                          "(408.9 MiB/409.0 MiB used)\n\nPossible solutions: ...")
+
+    monkeypatch.setattr(workflow, "report", exhausted)
+    result = traceview_cli("report", nsys_file, "-o", nsys_file.with_suffix(".html"))
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "traceview: out of memory: a step needed more than DuckDB's memory limit (408.9 MiB/409.0 MiB used); rerun "
+        "with a larger --memory-limit (or $TRACEVIEW_MEMORY_LIMIT), or on a machine with more memory"]
+
+
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0,
                     reason="running as root: root reads files whatever their permissions")
 def test_unreadable_file(nsys_file: Path, tmp_path: Path) -> None:

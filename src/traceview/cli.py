@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 import click
 import duckdb
 
-from traceview import IMPORTED_AT, api, profiling, workflow
+from traceview import IMPORTED_AT, api, memory, profiling, workflow
 from traceview.analysis.pipeline import AnalysisOptions
 from traceview.errors import TraceviewError
 from traceview.files import write_atomically
@@ -723,6 +723,9 @@ def run(args: list[str] | None = None) -> int:
             return 130
         if debug:
             traceback.print_exc()
+        if memory.is_out_of_memory(exc):
+            click.echo(f"traceview: {memory.out_of_memory_message(exc)}", err=True)
+            return 2
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         click.echo(f"traceview: unexpected error: {message} (rerun with --debug for the traceback)", err=True)
         return 2

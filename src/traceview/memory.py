@@ -172,3 +172,19 @@ def widen_for_parse(con) -> None:
     if con.execute("SELECT getvariable('traceview_memory_sized')").fetchone()[0]:
         machine = physical_memory()
         con.execute(f"SET memory_limit = '{as_setting(limit_bytes(machine, machine))}'")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether DuckDB stopped because a statement needed more than its memory limit (duckdb.OutOfMemoryException,
+    named so that this module imports no DuckDB)."""
+    return type(exc).__name__ == "OutOfMemoryException"
+
+
+def out_of_memory_message(exc: BaseException) -> str:
+    """What a user reads when DuckDB runs out of memory: the limit, not the input, is at fault (a reader would
+    otherwise call the trace damaged), with DuckDB's own figures and what to do."""
+    detail = re.search(r"\(([^()]*/[^()]*used)\)", str(exc))
+    used = f" ({detail.group(1)})" if detail else ""
+    return (f"out of memory: a step needed more than DuckDB's memory limit{used}; rerun with a larger "
+            "--memory-limit (or $TRACEVIEW_MEMORY_LIMIT), or on a machine with more memory")
+

@@ -459,14 +459,20 @@ def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) 
     except duckdb.Error as exc:
         message = str(exc).splitlines()[0]
         if "invalid UTF-8" not in message:
-            raise TraceviewError(f"{path}: invalid trace JSON ({_clean_duckdb_message(message)})") from None
+            raise _read_error(path, exc) from None
     _replace_invalid_utf8(events_file)
     try:
         _read_events_file_any_size(con, events_file)
     except duckdb.Error as exc:
-        message = _clean_duckdb_message(str(exc).splitlines()[0])
-        raise TraceviewError(f"{path}: invalid trace JSON ({message})") from None
+        raise _read_error(path, exc) from None
     return [("invalid_utf8", "trace holds bytes that are not UTF-8; they were replaced with U+FFFD")]
+
+
+def _read_error(path: Path, exc: duckdb.Error) -> TraceviewError:
+    """A failed read: the trace's fault, unless DuckDB ran out of memory (the limit's, said so)."""
+    if memory.is_out_of_memory(exc):
+        return TraceviewError(f"{path}: {memory.out_of_memory_message(exc)}")
+    return TraceviewError(f"{path}: invalid trace JSON ({_clean_duckdb_message(str(exc).splitlines()[0])})")
 
 
 def _clean_duckdb_message(message: str) -> str:

@@ -259,7 +259,9 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
         raise TraceviewError(f"{path}: damaged SQLite export ({exc})") from None
     except UnicodeDecodeError:  # sqlite3 cannot decode the error message (or a table name) of a garbled file
         raise TraceviewError(f"{path}: damaged SQLite export (garbled, undecodable text)") from None
-    except duckdb.Error as exc:  # a SQLite error raised while DuckDB streams the rows
+    except duckdb.Error as exc:  # a SQLite error raised while DuckDB streams the rows, or DuckDB's memory limit
+        if memory.is_out_of_memory(exc):
+            raise TraceviewError(f"{path}: {memory.out_of_memory_message(exc)}") from None
         message = str(exc).splitlines()[0]
         raise TraceviewError(f"{path}: damaged SQLite export ({message})") from None
     finally:
