@@ -274,7 +274,7 @@ def _open_saved(source: Path, memory_limit: str | None = None) -> duckdb.DuckDBP
         con.close()
         raise
     _size_for_analysis(con, memory_limit)
-    db.fit_threads(con)
+    db.fit_to_size(con)
     return con
 
 
@@ -305,7 +305,7 @@ def load(path: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None,
         con.close()
         raise
     _size_for_analysis(con, memory_limit)
-    db.fit_threads(con)
+    db.fit_to_size(con)
     trace = Trace(con, source, cache)
     if cache:
         cache.keep(trace, cache.ingested)

@@ -85,6 +85,30 @@ def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, opti
     assert len(side_by_side["kernels"]) > 600 and side_by_side["steps"]
 
 
+@requires_shared
+@pytest.mark.parametrize("path", [SAMPLE, NSYS_FWD], ids=["sample", "nsys"])
+def test_a_small_trace_skips_the_large_data_optimizers_and_gets_the_same_tables(path, monkeypatch) -> None:
+    relations = ["kernels", "memops", "devices", "diagnostics", *sorted(
+        relation.name for stage in pipeline.STAGES for relation in stage.creates if not relation.transient)]
+
+    def tables() -> tuple[str, dict[str, list[tuple]]]:
+        with traceview.load(path) as trace:
+            trace.analyze()
+            skipped = trace.scalar("SELECT current_setting('disabled_optimizers')")
+            return skipped, {name: trace.con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall()
+                             for name in relations}
+
+    skipped, fast = tables()
+    assert set(skipped.split(",")) == set(db.SMALL_TRACE_SKIPPED_OPTIMIZERS)
+    monkeypatch.setattr(db, "SMALL_TRACE_SKIPPED_OPTIMIZERS", ("statistics_propagation", "no_such_optimizer"))
+    skipped, planned = tables()
+    assert skipped == "statistics_propagation"  # a name this DuckDB does not know is left out, not an error
+    monkeypatch.setattr(db, "SMALL_TRACE_SKIPPED_OPTIMIZERS", ())
+    skipped, planned = tables()
+    assert skipped == ""
+    assert planned == fast
+
+
 def test_a_stage_whose_prerequisite_is_missing_is_an_error_not_nulls() -> None:
     con = duckdb.connect()
     db.create_schema(con)
