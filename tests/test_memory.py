@@ -23,7 +23,7 @@ def test_limit_is_the_estimate_between_the_floor_and_duckdbs_own_ceiling() -> No
     assert memory.limit_bytes(100 * MIB, 400 * MIB) == 144 * MIB
     assert memory.limit_bytes(100 * MIB, 256 * MIB) == 64 * MIB
     # a machine of a few GB keeps 60% of itself outside DuckDB, at most 2 GiB: the 2 M-kernel export completes in
-    # a 1 GiB cgroup at 409.6 MiB and fails at 450 to 768 MB (docs/performance.md)
+    # a 1 GiB cgroup at 409.6 MiB and was killed at 768 MiB (docs/performance.md)
     assert memory.limit_bytes(64 << 30, 1 << 30) == (1 << 30) - int(0.6 * (1 << 30))
     assert memory.limit_bytes(64 << 30, 4 << 30) == 2 << 30
     assert memory.limit_bytes(64 << 30, 10 << 30) == int(0.8 * (10 << 30))
