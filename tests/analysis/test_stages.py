@@ -56,7 +56,7 @@ def test_every_declared_relation_has_exactly_its_declared_columns(path) -> None:
 def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites() -> None:
     after = waits_for(pipeline.STAGES)
     assert after["categories"] == after["devices"] == after["op_costs"] == []  # the three run side by side
-    assert after["kernel_costs"] == ["categories", "devices", "op_costs"]
+    assert after["kernel_costs"] == ["categories", "op_costs", "devices"]
     assert "devices" not in after["steps"]
     # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
     assert after["assemble"] == ["categories", "devices", "kernel_costs", "steps"]
