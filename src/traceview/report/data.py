@@ -478,9 +478,13 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult | Future[Ch
             return sections[name](cursor)
 
     data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "generator": {"name": "traceview", "version": version}}
+    # the sections built from the findings are submitted last: started early, they would hold the cursors while
+    # they wait for the rules, and the sections that need no findings would wait behind them
+    waiting = ("findings", "capture")
+    order = [name for name in sections if name not in waiting] + list(waiting)
     with profiling.overlapping("report"), db.cursor_pool(con, db.side_by_side(con)) as submit:  # they only read
-        futures = {name: submit(section, name) for name in sections}
-    data.update((name, future.result()) for name, future in futures.items())
+        futures = {name: submit(section, name) for name in order}
+    data.update((name, futures[name].result()) for name in sections)
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
     data["verdict"] = _verdict(data)
     return data
