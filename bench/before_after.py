@@ -46,14 +46,15 @@ def log(message: str) -> None:
     print(f"[before_after] {message}", file=sys.stderr, flush=True)
 
 
-def run(argv: list[str], pythonpath: str | None, timeout: float = 900) -> dict:
-    """argv in a fresh process: wall, CPU (with children) and peak RSS; stderr kept for --profile."""
+def run(argv: list[str], pythonpath: str | None, timeout: float = 900, preexec_fn=None) -> dict:
+    """argv in a fresh process: wall, CPU (with children) and peak RSS; stderr kept for --profile. `preexec_fn`
+    runs in the child before argv does (memory_bounded.py: join a memory cgroup)."""
     env = {**os.environ, "PYTHONPATH": pythonpath} if pythonpath else dict(os.environ)
     env.pop("TRACEVIEW_MEMORY_LIMIT", None)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: modules load compiled, not compiled on every start
     started = time.perf_counter()
     with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, cwd=REPO, env=env, preexec_fn=preexec_fn)
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         except KeyboardInterrupt:
