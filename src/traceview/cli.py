@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -351,9 +352,16 @@ def _write(outputs: dict[Renderer, Path | None], document, renders: dict[Rendere
     """Each format of a document to its file, or to stdout (None); `renders` holds the render functions
     already started (Renderer.start)."""
     renders = renders or {}
+    # a format that renders in a process of its own gets the document first; the others render here meanwhile
+    sent = {renderer: renders[renderer].send(document)
+            for renderer in outputs if hasattr(renders.get(renderer), "send")}
+    contents: dict[Renderer, str | bytes] = {}
+    for renderer in sorted(outputs, key=lambda r: r in sent):
+        render = sent.get(renderer) or functools.partial(renders.get(renderer, renderer.render), document)
+        with profiling.step("render", renderer.name, lambda: len(contents[renderer])):
+            contents[renderer] = render()
     for renderer, target in outputs.items():
-        with profiling.step("render", renderer.name, lambda: len(content)):
-            content = renders.get(renderer, renderer.render)(document)
+        content = contents[renderer]
         if target is None:
             if renderer.binary:
                 sys.stdout.buffer.write(content)

@@ -90,3 +90,23 @@ def test_a_failure_in_the_renderers_process_is_raised_here_and_no_document_ends_
     unused = REPORT["html"].start()
     unused.process.stdin.close()  # the command failed before it had a report
     assert unused.process.wait(timeout=60) == 0 and unused.process.stdout.read() == b""
+
+
+def test_the_other_formats_render_while_the_html_renders_in_its_process(tmp_path) -> None:
+    from traceview import cli
+
+    calls = []
+
+    class InWorker:  # what Renderer.start hands back on two cores: send now, collect the page later
+        def send(self, document):
+            calls.append(("send", document))
+            return lambda: calls.append("collect") or "<html>"
+
+    def markdown(document):
+        calls.append("md")
+        return "# report"
+
+    outputs = {REPORT["html"]: tmp_path / "r.html", REPORT["md"]: tmp_path / "r.md"}
+    cli._write(outputs, "doc", {REPORT["html"]: InWorker(), REPORT["md"]: markdown})
+    assert calls == [("send", "doc"), "md", "collect"]
+    assert (tmp_path / "r.html").read_text() == "<html>" and (tmp_path / "r.md").read_text() == "# report"

@@ -71,7 +71,22 @@ class _InWorker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True)
 
     def __call__(self, document: Any) -> str | bytes:
-        out, _ = self.process.communicate(pickle.dumps(document, protocol=pickle.HIGHEST_PROTOCOL))
+        return self.send(document)()
+
+    def send(self, document: Any) -> Callable[[], str | bytes]:
+        """Hand the document over and return at once, with the function that collects the page: the worker
+        renders while the caller renders its other formats."""
+        try:
+            self.process.stdin.write(pickle.dumps(document, protocol=pickle.HIGHEST_PROTOCOL))
+            self.process.stdin.close()
+        except BrokenPipeError:  # the worker is gone: collecting says so, with its exit code
+            pass
+        return self._collect
+
+    def _collect(self) -> str | bytes:
+        out = self.process.stdout.read()  # the one pipe left (stdin is closed), so no communicate()
+        self.process.stdout.close()
+        self.process.wait()
         if self.process.returncode or not out:
             raise TraceviewError(f"the {self.name} renderer's process failed (exit code {self.process.returncode})")
         reply = pickle.loads(out)
