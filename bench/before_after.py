@@ -73,6 +73,24 @@ def traceview(*args: object) -> list[str]:
     return [sys.executable, "-m", "traceview", *map(str, args)]
 
 
+def add_trees(parser: argparse.ArgumentParser, help: str) -> None:
+    """The repeatable `--tree NAME=PYTHONPATH` every two-tree script takes."""
+    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PYTHONPATH", help=help)
+
+
+def trees_of(args: argparse.Namespace) -> list[tuple[str, str]]:
+    return [tuple(t.split("=", 1)) for t in args.tree]
+
+
+def large_inputs(workdir: Path) -> dict[str, Path]:
+    """The 10x vLLM trace and the 2 M-kernel nsys export, built in a child where missing: a child's peak RSS
+    (ru_maxrss) starts at its parent's at fork, so a parent that grew to 6 GB writing the 2 M export gave every
+    case after it a 6 GB peak. Here they are only found."""
+    subprocess.run([sys.executable, str(BENCH / "ingest.py"), "--workdir", str(workdir), "--build-only"],
+                   check=True, cwd=REPO)
+    return {"kineto 10x": compare.build_inputs(workdir, [10])[10][0], "nsys 2M": ingest.build_nsys(workdir)[0]}
+
+
 def emit(lines: list[str], output: Path | None) -> None:
     """The Markdown on stdout, and in `output` where given."""
     text = "\n".join(lines) + "\n"
@@ -88,8 +106,7 @@ def best(results: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PYTHONPATH",
-                        help="a tree to run (repeat; the first is the baseline)")
+    add_trees(parser, "a tree to run (repeat; the first is the baseline)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/traceview-bench"))
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", action="append", help="run only cases whose name starts with this (repeatable)")
@@ -97,15 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--output", type=Path)
     args = parser.parse_args(argv)
-    trees = [tuple(t.split("=", 1)) for t in args.tree]
+    trees = trees_of(args)
     out = Path(tempfile.mkdtemp(prefix="before-after-"))
 
-    # built in a child: a child's peak RSS (ru_maxrss) starts at its parent's at fork, so a parent that grew
-    # to 6 GB writing the 2 M export gave every case after it a 6 GB peak
-    subprocess.run([sys.executable, str(BENCH / "ingest.py"), "--workdir", str(args.workdir), "--build-only"],
-                   check=True, cwd=REPO)
-    nsys, _ = ingest.build_nsys(args.workdir)  # found, not built
-    kineto_x10 = compare.build_inputs(args.workdir, [10])[10][0]
+    inputs = large_inputs(args.workdir)
+    nsys, kineto_x10 = inputs["nsys 2M"], inputs["kineto 10x"]
     saved = args.workdir / "nsys_2M.duckdb"
     if not saved.exists():
         log(f"saving {saved} (untimed)")

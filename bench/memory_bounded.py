@@ -24,7 +24,6 @@ import argparse
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,9 +31,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-import compare  # noqa: E402 - the 10x trace
-import ingest  # noqa: E402 - the 2 M export
-from before_after import REPO, emit, log, run, traceview  # noqa: E402 - one way to run a tree's command
+from before_after import add_trees, emit, large_inputs, log, run, traceview, trees_of  # noqa: E402
 
 MIB = 1 << 20
 LIMITS = {"kineto 10x": 400 * MIB, "nsys 2M": 1024 * MIB}
@@ -113,20 +110,15 @@ def outcome(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PYTHONPATH",
-                        help="a tree to run (repeat: the trees take turns in every run)")
+    add_trees(parser, "a tree to run (repeat: the trees take turns in every run)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/traceview-bench"))
     parser.add_argument("--repeat", type=int, default=1, help="runs per case and tree")
     parser.add_argument("--only", action="append", help="run only cases whose name starts with this (repeatable)")
     parser.add_argument("--output", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
-    trees = [tuple(t.split("=", 1)) for t in args.tree]
+    trees = trees_of(args)
     out = Path(tempfile.mkdtemp(prefix="memory-bounded-"))
-
-    subprocess.run([sys.executable, str(BENCH / "ingest.py"), "--workdir", str(args.workdir), "--build-only"],
-                   check=True, cwd=REPO)
-    inputs = {"kineto 10x": compare.build_inputs(args.workdir, [10])[10][0],
-              "nsys 2M": ingest.build_nsys(args.workdir)[0]}
+    inputs = large_inputs(args.workdir)
     cases = [c for c in inputs if not args.only or any(c.startswith(prefix) for prefix in args.only)]
 
     lines = [f"Trees: {', '.join(f'{t} = `{p}`' for t, p in trees)}. Default `report --format html,json` in a "

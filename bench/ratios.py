@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,8 +30,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import compare  # noqa: E402 - HTA's child script and its trace directory
-import ingest  # noqa: E402 - the inputs
-from before_after import REPO, SAMPLE, emit, log, run, traceview  # noqa: E402 - one way to run a tree's command
+from before_after import SAMPLE, add_trees, emit, large_inputs, log, run, traceview, trees_of  # noqa: E402
 
 TARGETS = {"kineto 10x": 1.4, "nsys 2M": 1.6}
 HTA_SPEEDUP = 5.0
@@ -47,8 +45,7 @@ def median(results: list[dict], key: str) -> float | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--tree", action="append", required=True, metavar="NAME=PYTHONPATH",
-                        help="a tree to run (repeat: the trees take turns in every run)")
+    add_trees(parser, "a tree to run (repeat: the trees take turns in every run)")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/traceview-bench"))
     parser.add_argument("--repeat", type=int, default=3, help="interleaved ingest/report runs per trace and tree")
     parser.add_argument("--hta-repeat", type=int, default=1, help="HTA runs on the 10x trace (0: none)")
@@ -56,13 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hta-python", type=Path, default=compare.DEFAULT_HTA_PYTHON)
     parser.add_argument("--output", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
-    trees = [tuple(t.split("=", 1)) for t in args.tree]
+    trees = trees_of(args)
     out = Path(tempfile.mkdtemp(prefix="ratios-"))
-
-    subprocess.run([sys.executable, str(BENCH / "ingest.py"), "--workdir", str(args.workdir), "--build-only"],
-                   check=True, cwd=REPO)
-    inputs = {"kineto 10x": compare.build_inputs(args.workdir, [10])[10][0],
-              "nsys 2M": ingest.build_nsys(args.workdir)[0]}
+    inputs = large_inputs(args.workdir)
 
     runs: dict[tuple[str, str, str], list[dict]] = {}
     for attempt in range(args.repeat):
