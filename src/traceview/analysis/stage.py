@@ -110,16 +110,13 @@ def _check_inputs(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...]) -> 
     tables), each name looked up once: a lookup of every stage's every input cost a small trace's analysis
     25 ms (120 lookups). What an earlier stage creates exists once it is done: a test checks that every stage
     creates what it declares (tests/analysis/test_stages.py)."""
-    created: set[str] = set()
-    present: set[str] = set()
+    known: set[str] = set()  # created by an earlier stage, or found already
     for stage in stages:
-        wanted = [name for name in stage.requires if name not in created | present]
-        missing = [name for name in wanted if not db.has_table(con, name)]
+        missing = [name for name in stage.requires if name not in known and not db.has_table(con, name)]
         if missing:
             raise TraceviewError(f"analysis stage {stage.name} needs {', '.join(missing)}, "
                                  "which no earlier stage created")
-        present |= set(wanted)
-        created |= stage.writes()
+        known |= set(stage.requires) | stage.writes()
 
 
 def _run(con: duckdb.DuckDBPyConnection, stage: Stage, context: Context) -> None:

@@ -466,11 +466,13 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult | Future[Ch
         "kernel_families": _kernel_families,
         "categories": _categories,
         "roofline": _roofline,
-        "findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in findings().findings]),
-        "capture": lambda cursor: _capture(cursor, findings()),
         "diagnosis": _diagnosis,
         "critical_path": lambda cursor: dict_rows(cursor, "SELECT * FROM critical_path_phase_totals ORDER BY phase"),
         "timeline": lambda cursor: build_timeline(cursor, focus_step),
+        # the sections built from the findings come last: started early, they would hold the cursors while they
+        # wait for the rules, and the sections that need no findings would wait behind them
+        "findings": lambda cursor: finding_windows(cursor, [f.to_dict() for f in findings().findings]),
+        "capture": lambda cursor: _capture(cursor, findings()),
     }
 
     def section(cursor: duckdb.DuckDBPyConnection, name: str) -> Any:
@@ -478,13 +480,9 @@ def build_report(con: duckdb.DuckDBPyConnection, result: CheckResult | Future[Ch
             return sections[name](cursor)
 
     data: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "generator": {"name": "traceview", "version": version}}
-    # the sections built from the findings are submitted last: started early, they would hold the cursors while
-    # they wait for the rules, and the sections that need no findings would wait behind them
-    waiting = ("findings", "capture")
-    order = [name for name in sections if name not in waiting] + list(waiting)
     with profiling.overlapping("report"), db.cursor_pool(con, db.side_by_side(con)) as submit:  # they only read
-        futures = {name: submit(section, name) for name in order}
-    data.update((name, futures[name].result()) for name in sections)
+        futures = {name: submit(section, name) for name in sections}
+    data.update((name, future.result()) for name, future in futures.items())
     data["summary"]["span_ns"] = data["trace"]["span_ns"]
     data["verdict"] = _verdict(data)
     return data
