@@ -68,8 +68,8 @@ def check(trace: api.Trace, options: CheckOptions, con: duckdb.DuckDBPyConnectio
 def report(trace: api.Trace, options: CheckOptions, result: engine.CheckResult | None = None,
            focus_step: FocusStep | None = None) -> dict[str, Any]:
     """ReportData for the trace; `result` reuses a check already run on it with these options; `focus_step`
-    adds that step to the timeline. Without `result`, on a trace small enough to run statements side by
-    side (db.side_by_side), the rules run while the sections that do not need their findings are built."""
+    adds that step to the timeline. Without `result`, on a trace whose statements run side by side
+    (db.side_by_side), the rules run while the sections that do not need their findings are built."""
     if result is None:
         trace.analyze(options.analysis)
         threads = db.side_by_side(trace.con)

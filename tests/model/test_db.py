@@ -20,12 +20,25 @@ def test_metadata_rows_insert_in_batches_as_given() -> None:
 
 
 @requires_shared
-def test_statements_run_side_by_side_and_on_one_thread_each_only_below_one_row_group(all_cores: int) -> None:
+def test_statements_run_side_by_side_where_one_statement_leaves_cores_idle(all_cores: int) -> None:
     default_threads = duckdb.connect().execute("SELECT current_setting('threads')").fetchall()[0][0]
     with traceview.load(REPO / "sample_traces" / "llm_serving.pt.trace.json.gz") as sample:
-        assert db.side_by_side(sample.con) == memory.cores() == all_cores  # 2,480 kernels
+        assert db.side_by_side(sample.con) == memory.cores() == all_cores  # 2,480 kernels: one thread each
         assert sample.scalar("SELECT current_setting('threads')") == 1
     with traceview.load(VLLM_H100) as vllm:
         assert vllm.scalar("SELECT count(*) FROM ranges") > db.ROW_GROUP_ROWS  # 128,521 host ranges
-        assert db.side_by_side(vllm.con) == 1
+        assert vllm.scalar("SELECT count(*) FROM kernels") < db.ROW_GROUP_ROWS  # 13,545 kernels
+        assert db.side_by_side(vllm.con) == min(2, all_cores)  # two at a time, each on every core
         assert vllm.scalar("SELECT current_setting('threads')") == default_threads
+
+
+def test_two_row_groups_of_device_rows_per_core_run_one_statement_at_a_time(all_cores: int) -> None:
+    con = duckdb.connect()
+    limit = 2 * all_cores * db.ROW_GROUP_ROWS
+    con.execute("CREATE TABLE kernels AS SELECT range AS kernel_id FROM range($n)", {"n": limit - 11})
+    con.execute("CREATE TABLE memops AS SELECT range AS memop_id FROM range(10)")
+    for table in ("api_calls", "ranges"):
+        con.execute(f"CREATE TABLE {table} AS SELECT range AS id FROM range(1)")
+    assert db.side_by_side(con) == min(2, all_cores)  # one row short of two row groups per core
+    con.execute("INSERT INTO memops VALUES (10)")
+    assert db.side_by_side(con) == 1

@@ -308,7 +308,7 @@ def choose_fixes(findings: list[Finding], rules: dict[str, Rule],
 
 
 def _in_parallel(con: duckdb.DuckDBPyConnection, rules: list[Rule], outcome) -> list:
-    """Each rule's outcome, in rule order; side by side, a cursor each, where statements run on one core
+    """Each rule's outcome, in rule order; side by side, a cursor each, where one statement leaves cores idle
     (db.side_by_side): a small trace's rules are DuckDB planning. Rules only read."""
     with db.cursor_pool(con, db.side_by_side(con) if len(rules) > 1 else 1) as submit:
         futures = [submit(lambda cursor, rule: outcome(rule, cursor), rule) for rule in rules]
