@@ -81,6 +81,20 @@ def test_ingest_then_reuse_the_duckdb_file(tmp_path: Path) -> None:
     assert not list(tmp_path.glob("*.tmp"))
 
 
+@requires_shared
+def test_a_trace_saved_from_python_under_a_string_path_loads_again(tmp_path: Path) -> None:
+    import traceview
+    from traceview.errors import TraceviewError
+
+    with traceview.load(BOLONGCHENG_FWD) as trace:
+        trace.save(str(tmp_path / "fwd.duckdb"))  # the README's call: a str, not a Path
+        with pytest.raises(TraceviewError, match="refusing to overwrite the input trace"):
+            trace.save(str(BOLONGCHENG_FWD))
+    with traceview.load(str(tmp_path / "fwd.duckdb")) as saved:
+        assert saved.scalar("SELECT count(*) FROM kernels") == 632
+    assert [p.name for p in tmp_path.iterdir()] == ["fwd.duckdb"]
+
+
 def test_the_process_leaves_with_the_commands_exit_status_and_keeps_stdout_clean(tmp_path: Path) -> None:
     """`python -m traceview` ends through os._exit: findings at --fail-on are 1, a usage error 2, success 0, and
     only the document reaches stdout."""

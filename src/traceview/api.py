@@ -103,9 +103,9 @@ class Trace:
         self.con.close()
         self.con = con
 
-    def save(self, target: Path) -> None:
+    def save(self, target: str | os.PathLike) -> None:
         """Persist every table and view to a DuckDB file, written beside and renamed into place."""
-        target = target.resolve()
+        target = Path(target).resolve()
         if target.exists() and target.samefile(self.source):
             raise TraceviewError(f"{target}: refusing to overwrite the input trace")
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
