@@ -66,8 +66,9 @@ def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites
 
 @requires_shared
 @pytest.mark.parametrize("path, options", [
-    (SAMPLE, {}), (SAMPLE, {"model": "llama-3-8b", "batch": 8, "context": 1024}), (NSYS_FWD, {}), (DLRM_DIR, {})],
-    ids=["sample", "sample-model", "nsys", "dlrm-8-ranks"])
+    (SAMPLE, {}), (SAMPLE, {"model": "llama-3-8b", "batch": 8, "context": 1024}), (NSYS_FWD, {}), (DLRM_DIR, {}),
+    (VLLM_H100, {})],  # 128 k host ranges: two stages at a time, each on every core
+    ids=["sample", "sample-model", "nsys", "dlrm-8-ranks", "vllm-h100"])
 def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, options, monkeypatch, all_cores) -> None:
     relations = ["kernels", "memops", "devices", "diagnostics", *sorted(
         relation.name for stage in pipeline.STAGES for relation in stage.creates if not relation.transient)]
@@ -78,9 +79,9 @@ def test_stages_side_by_side_give_exactly_the_tables_of_one_at_a_time(path, opti
             return {name: trace.con.execute(f"SELECT * FROM {name} ORDER BY ALL").fetchall() for name in relations}
 
     with traceview.load(path) as trace:
-        assert db.side_by_side(trace.con) > 1  # small enough to run stages side by side
+        assert db.side_by_side(trace.con, stages=True) > 1
     side_by_side = tables()
-    monkeypatch.setattr(db, "side_by_side", lambda con: 1)
+    monkeypatch.setattr(db, "side_by_side", lambda con, stages=False: 1)
     assert tables() == side_by_side
     assert len(side_by_side["kernels"]) > 600 and side_by_side["steps"]
 

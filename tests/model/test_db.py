@@ -32,7 +32,7 @@ def test_statements_run_side_by_side_where_one_statement_leaves_cores_idle(all_c
         assert vllm.scalar("SELECT current_setting('threads')") == default_threads
 
 
-def test_two_row_groups_of_device_rows_per_core_run_one_statement_at_a_time(all_cores: int) -> None:
+def test_two_row_groups_of_device_rows_per_core_run_one_statement_but_two_stages_at_a_time(all_cores: int) -> None:
     con = duckdb.connect()
     limit = 2 * all_cores * db.ROW_GROUP_ROWS
     con.execute("CREATE TABLE kernels AS SELECT range AS kernel_id FROM range($n)", {"n": limit - 11})
@@ -42,3 +42,4 @@ def test_two_row_groups_of_device_rows_per_core_run_one_statement_at_a_time(all_
     assert db.side_by_side(con) == min(2, all_cores)  # one row short of two row groups per core
     con.execute("INSERT INTO memops VALUES (10)")
     assert db.side_by_side(con) == 1
+    assert db.side_by_side(con, stages=True) == min(2, all_cores)  # a stage's statements leave cores idle

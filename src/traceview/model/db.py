@@ -65,23 +65,26 @@ Submit = Callable[..., Future]
 ROW_GROUP_ROWS = 122_880  # DuckDB's row group: a scan is split into one task per row group
 
 
-def side_by_side(con: duckdb.DuckDBPyConnection) -> int:
-    """How many independent statements to run at once (analysis stages, report sections, the rules beside
-    the report). DuckDB splits a statement's work by row group, so the per-kernel tables set how many cores
-    one statement can use:
+def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int:
+    """How many independent statements to run at once (report sections, the rules beside the report; with
+    `stages`, analysis stages). DuckDB splits a statement's work by row group, so the per-kernel tables set how
+    many cores one statement can use:
     - no event table fills one row group (the sample trace): each statement runs on one core, so every core
       runs one (`fit_to_size` gives DuckDB one thread);
     - kernels and memops fill fewer than two row groups per core (the 10x vLLM trace's 138 k, the real vLLM
       H100 trace's 13.5 k beside 128 k host ranges): a statement over them leaves cores idle, and two at
       once fill them (the 10x trace's analysis, rules and report sections 4.45 -> 3.70 s, the real one's
       1.42 -> 0.98 s on two cores);
-    - more (the 2 M-kernel export's 17 row groups): one, since each statement already uses every core, and
-      two at once contend for them and for the memory limit (its rules and report 6.46 -> 7.37 s)."""
-    if _fits_row_group(con):
-        return memory.cores()
+    - more (the 2 M-kernel export's 17 row groups): a rule or report section is one statement that uses every
+      core, and two at once contend for them and for the memory limit (its rules and report 6.46 -> 7.37 s),
+      so one; but an analysis stage is a chain of statements, many of which leave a core idle (windows
+      partitioned by rank or stream, ASOF joins on few keys), so stages still run two at a time (its analysis
+      6.83 -> 6.26 s)."""
     cores = memory.cores()
+    if _fits_row_group(con):
+        return cores
     device_rows = con.execute("SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops)").fetchall()[0][0]
-    return min(2, cores) if device_rows < 2 * cores * ROW_GROUP_ROWS else 1
+    return min(2, cores) if stages or device_rows < 2 * cores * ROW_GROUP_ROWS else 1
 
 
 # Optimizers whose work pays only where there are rows to save work on (statistics to prune, compress and pick
