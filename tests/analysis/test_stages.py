@@ -4,6 +4,8 @@ docs/analysis.md's table reference is the declarations', and analysing again sta
 from __future__ import annotations
 
 import subprocess
+import threading
+import time
 
 import duckdb
 import pytest
@@ -11,7 +13,7 @@ import pytest
 import traceview
 from conftest import DLRM_DIR, REPO, SHARED_TRACES, VLLM_H100, requires_shared
 from traceview.analysis import docs, pipeline
-from traceview.analysis.stage import Context, Stage, run_stages, waits_for
+from traceview.analysis.stage import Context, Relation, Stage, run_stages, waits_for
 from traceview.errors import TraceviewError
 from traceview.model import db
 
@@ -58,8 +60,10 @@ def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites
     assert after["categories"] == after["devices"] == after["op_costs"] == []  # the three run side by side
     assert after["kernel_costs"] == ["categories", "op_costs", "devices"]
     assert "devices" not in after["steps"]
+    # the windows and work of steps wait for the categories only, not for the op costs the phases read
+    assert after["step_work"] == ["categories"] and after["steps"] == ["op_costs", "step_work"]
     # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
-    assert after["assemble"] == ["categories", "devices", "kernel_costs", "steps"]
+    assert after["assemble"] == ["categories", "step_work", "devices", "kernel_costs", "steps"]
     assert after["step_budget"] == ["steps", "activity", "steady", "step_windows"]
     assert "devices" in after["step_accounting"]  # it prices steps on the GPU devices matched
 
@@ -108,6 +112,33 @@ def test_a_small_trace_skips_the_large_data_optimizers_and_gets_the_same_tables(
     skipped, planned = tables()
     assert skipped == ""
     assert planned == fast
+
+
+def test_of_the_stages_ready_when_a_thread_frees_the_first_listed_starts() -> None:
+    """`slow` and `quick` take both threads; when `quick` ends, `after_quick` (now ready) and `free` (ready from
+    the start) wait, and the list order, not the order they became ready in, picks `after_quick`."""
+    con = duckdb.connect()
+    db.create_schema(con)
+    started: list[str] = []
+    slow_may_end = threading.Event()
+
+    def stage(name: str, creates: str, requires: tuple[str, ...] = ("kernels",), wait: bool = False) -> Stage:
+        def run(cursor, context) -> None:
+            started.append(name)
+            if wait:
+                slow_may_end.wait(5)
+            else:
+                time.sleep(0.01)
+            cursor.execute(f"CREATE OR REPLACE TABLE {creates} AS SELECT 1 AS x")
+            if name == "after_quick":
+                slow_may_end.set()
+        return Stage(name, name, requires=requires, creates=(Relation(creates, "x", {"x": "x"}),), run=run)
+
+    stages = (stage("slow", "t_slow", wait=True), stage("quick", "t_quick"),
+              stage("after_quick", "t_after", requires=("t_quick",)), stage("free", "t_free"))
+    run_stages(con, stages, Context(None), threads=2)
+    assert started[:2] in (["slow", "quick"], ["quick", "slow"])
+    assert started[2:] == ["after_quick", "free"]
 
 
 def test_a_stage_whose_prerequisite_is_missing_is_an_error_not_nulls() -> None:

@@ -12,7 +12,7 @@ import pytest
 
 import traceview
 from traceview.analysis.phases import (
-    STEPS,
+    STEP_WORK,
     load_training_patterns,
     range_role_parameters,
 )
@@ -220,7 +220,7 @@ def test_range_roles_read_names_by_word_structure() -> None:
     db.create_schema(con)
     con.executemany("INSERT INTO ranges (rank, range_id, pid, tid, name, kind, start_ns, end_ns) "
                     "VALUES (0, ?, 1, 1, ?, ?, 0, 1)", [(i, name, kind) for i, (name, kind) in enumerate(ROLE_NAMES)])
-    STEPS.run(con, "range_roles", **range_role_parameters(load_training_patterns()))
+    STEP_WORK.run(con, "range_roles", **range_role_parameters(load_training_patterns()))
     got = {(name, kind): tuple(roles) for name, kind, *roles in con.execute(
         "SELECT name, kind, backward, optimizer, optimizer_weak, forward, iteration_start FROM _range_roles").fetchall()}
     assert got == {key: tuple(roles) for key, roles in ROLE_NAMES.items() if roles is not None}

@@ -10,8 +10,9 @@ optimizer range is `train` (multi-tensor and fused optimizer ops count only besi
 prefill/decode/mixed. Each step's phase comes from the strongest evidence available, recorded in `phase_source` with
 a confidence. With no step marker, a training loop's NVTX/user ranges (forward .. optimizer) make the steps.
 
-The SQL is analysis/sql/steps.sql; this module loads steps.toml (the engines' step grammars, training
-patterns, GEMM tiles) and runs its sections with those values bound.
+The SQL is analysis/sql/step_work.sql (the windows and the work each one launched) and analysis/sql/steps.sql
+(the steps and their phase); this module loads steps.toml (the engines' step grammars, training patterns, GEMM
+tiles) and runs their sections with those values bound.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ DEFAULT_GAP_NS = 1_000_000
 PATTERN_KERNELS = 8
 ANNOTATION_KINDS = ("user_annotation", "nvtx")
 
+STEP_WORK = sql_module.load("step_work")
 STEPS = sql_module.load("steps")
 
 
@@ -112,14 +114,14 @@ def load_grammars() -> list[StepGrammar]:
 
 
 def gemm_tile_parameters(patterns: TrainingPatterns) -> dict:
-    """The parameters of steps.sql's gemm_tiles query, (name, tile) over the distinct GEMM kernel names: 'small',
+    """The parameters of step_work.sql's gemm_tiles query, (name, tile) over the distinct GEMM kernel names: 'small',
     'large' or NULL, the token-side tile the name states."""
     return {"tile_patterns": list(patterns.tile_patterns), "skinny": patterns.skinny,
             "small_max": patterns.small_max, "skinny_max": patterns.skinny_max, "large_min": patterns.large_min}
 
 
 def range_role_parameters(patterns: TrainingPatterns) -> dict:
-    """The parameters of steps.sql's range_roles section, which gives each distinct host range name its training
+    """The parameters of step_work.sql's range_roles section, which gives each distinct host range name its training
     role (tests run it alone)."""
     return {"backward": patterns.backward, "optimizer": patterns.optimizer, "optimizer_weak": patterns.optimizer_weak,
             "loop_forward": patterns.loop_forward, "loop_loss": patterns.loop_loss,
@@ -127,33 +129,39 @@ def range_role_parameters(patterns: TrainingPatterns) -> dict:
             "annotation_kinds": list(ANNOTATION_KINDS)}
 
 
-def segment_steps(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None, gap_ns: int = DEFAULT_GAP_NS,
-                  phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
-    """Build `steps`, `kernel_steps` and `memop_steps` (the step each kernel and memop belongs to).
-
-    `phase_kernels` maps phases to kernel-name regexes the user knows belong to them.
-    """
-    STEPS.run(con, "windows")
+def find_step_work(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None,
+                   gap_ns: int = DEFAULT_GAP_NS) -> None:
+    """Build the step windows and the work each one launched (`kernel_steps`, `memop_steps` and the
+    `step_work_*` relations that `steps` reads)."""
+    STEP_WORK.run(con, "windows")
     if step_regex:
-        STEPS.run(con, "user_regex", regex=step_regex)
+        STEP_WORK.run(con, "user_regex", regex=step_regex)
     for grammar in load_grammars():
         # one statement per grammar, so that its pattern is a bound constant: DuckDB compiles a pattern read
         # from a column once per row
         with db.values_table(con, "_modes", {"mode": "VARCHAR", "phase": "VARCHAR"}, list(grammar.modes.items())):
-            STEPS.run(con, "grammar", pattern=grammar.pattern, groups=list(grammar.groups), grammar=grammar.name,
-                      confidence=grammar.confidence, annotation_kinds=list(ANNOTATION_KINDS))
+            STEP_WORK.run(con, "grammar", pattern=grammar.pattern, groups=list(grammar.groups), grammar=grammar.name,
+                          confidence=grammar.confidence, annotation_kinds=list(ANNOTATION_KINDS))
     patterns = load_training_patterns()
-    STEPS.run(con, "range_roles", **range_role_parameters(patterns))
-    STEPS.run(con, "work", gap=gap_ns, head=PATTERN_KERNELS, memop_columns=list(db.contract_columns("memops")))
+    STEP_WORK.run(con, "range_roles", **range_role_parameters(patterns))
+    STEP_WORK.run(con, "work", gap=gap_ns, head=PATTERN_KERNELS, memop_columns=list(db.contract_columns("memops")))
     # the tile each distinct GEMM name states, as a SELECT of its own (tests run it alone), kept in `_gemm_tiles`
-    tiles = STEPS.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))
+    tiles = STEP_WORK.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))
+    with db.values_table(con, "_gemm_tiles", {"name": "VARCHAR", "tile": "VARCHAR"}, tiles):
+        STEP_WORK.run(con, "kernels")
+    STEP_WORK.run(con, "cleanup")
+
+
+def segment_steps(con: duckdb.DuckDBPyConnection, *, phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
+    """Build `steps` from the step windows and their work (`find_step_work`).
+
+    `phase_kernels` maps phases to kernel-name regexes the user knows belong to them.
+    """
     user_patterns = list(phase_kernels)  # (phase, kernel-name regex) from --phase-kernel
-    with db.values_table(con, "_gemm_tiles", {"name": "VARCHAR", "tile": "VARCHAR"}, tiles), \
-         db.values_table(con, "_phase_kernel_patterns", {"phase": "VARCHAR", "pattern": "VARCHAR"}, user_patterns):
+    with db.values_table(con, "_phase_kernel_patterns", {"phase": "VARCHAR", "pattern": "VARCHAR"}, user_patterns):
         STEPS.run(con, "steps")
-    STEPS.run(con, "cleanup")
 
 
-STAGE = STEPS.stage(run=lambda con, context: segment_steps(con, step_regex=context.options.step_regex,
-                                                           gap_ns=context.options.step_gap_ns,
-                                                           phase_kernels=context.options.phase_kernels))
+WORK_STAGE = STEP_WORK.stage(run=lambda con, context: find_step_work(con, step_regex=context.options.step_regex,
+                                                                     gap_ns=context.options.step_gap_ns))
+STAGE = STEPS.stage(run=lambda con, context: segment_steps(con, phase_kernels=context.options.phase_kernels))

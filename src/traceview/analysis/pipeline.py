@@ -45,10 +45,12 @@ class AnalysisOptions:
 
 # In dependency order; each stage declares what it reads and creates (docs/analysis.md is built from them).
 # Side by side, ready stages start in this order: op costs before devices, since steps waits for op costs
-# and the chain through steps is the analysis's longest (the sample: 0.36 -> 0.34 s on two cores).
+# and the chain through steps is the analysis's longest (the sample: 0.36 -> 0.34 s on two cores); the
+# windows and work of steps (step_work) wait for the categories only.
 STAGES: tuple[Stage, ...] = (
     categories.STAGE,
     op_costs.STAGE,
+    phases.WORK_STAGE,
     devices.STAGE,
     roofline.COSTS_STAGE,
     phases.STAGE,

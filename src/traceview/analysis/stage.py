@@ -72,8 +72,9 @@ def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], contex
     """Run each stage after checking that what it requires exists; a gap in the order is a bug, said so.
 
     With `threads` > 1 a stage starts as soon as the earlier stages it depends on are done (it reads
-    what they write, or writes what they read or write), on a cursor of its own; what each stage reads
-    and writes is as in the listed order, so the tables are the same."""
+    what they write, or writes what they read or write) and a thread is free, on a cursor of its own; of the
+    stages ready when a thread frees, the first listed starts, so the list order is the priority. What each
+    stage reads and writes is as in the listed order, so the tables are the same."""
     _check_inputs(con, stages)
     if threads <= 1:
         for stage in stages:
@@ -85,7 +86,8 @@ def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], contex
     with profiling.overlapping("analysis"), db.cursor_pool(con, threads) as submit:
         running: dict[Future, Stage] = {}
         while waiting or running:
-            for stage in [s for s in waiting if all(name in done for name in after[s.name])]:
+            ready = [s for s in waiting if all(name in done for name in after[s.name])]
+            for stage in ready[:threads - len(running)]:
                 waiting.remove(stage)
                 running[submit(_run, stage, context)] = stage
             finished, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -2,7 +2,8 @@
 -- `kernels` and `memops` as users query them: the ingested columns plus the columns the stages above
 -- add (`categories`, `kernel_costs`, `steps`), joined once.
 -- requires: kernels, memops, kernel_name_labels, kernel_costs, kernel_steps, memop_steps, steps
--- rewrites: kernels, memops, labelled_kernels, kernel_name_labels, kernel_costs, kernel_steps, memop_steps
+-- rewrites: kernels, memops, labelled_kernels, kernel_name_labels, kernel_costs, kernel_steps, memop_steps,
+--     step_work_windows, step_work_memops, step_work_kernels, step_work_roles
 --
 -- Stages never alter the schema tables; each writes its facts to a table of its own (labels per distinct
 -- name, costs and steps per kernel), and this stage joins them back once, in the order the stages declare
@@ -28,5 +29,9 @@ DROP TABLE kernel_name_labels;
 DROP TABLE kernel_costs;
 DROP TABLE kernel_steps;
 DROP TABLE memop_steps;
+DROP TABLE step_work_windows;
+DROP TABLE step_work_memops;
+DROP TABLE step_work_kernels;
+DROP TABLE step_work_roles;
 DROP VIEW _ingested_kernels;
 DROP VIEW _ingested_memops;
