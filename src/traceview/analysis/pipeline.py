@@ -44,14 +44,18 @@ class AnalysisOptions:
 
 
 # In dependency order; each stage declares what it reads and creates (docs/analysis.md is built from them).
-# Side by side, ready stages start in this order: op costs before devices, since steps waits for op costs
-# and the chain through steps is the analysis's longest (the sample: 0.36 -> 0.34 s on two cores); the
-# windows and work of steps (step_work) wait for the categories only.
+# Side by side, of the stages ready when a thread frees the first listed starts, so the order is also the
+# priority: the longest chains first. Op costs and the windows and work of steps before devices (the chain
+# through steps is the analysis's longest until `kernels` is assembled); after activity, host context (the
+# longest stage on a trace with many host ranges: 1.0 of the 10x vLLM trace's 2.9 s) and the chain through
+# steady to the critical path and step budget, then the short stages (the 10x trace: 3.02 -> 2.92 s).
+# The order must keep each stage after those that create what it reads (run_stages checks it).
 STAGES: tuple[Stage, ...] = (
     categories.STAGE,
     op_costs.STAGE,
     phases.WORK_STAGE,
     devices.STAGE,
+    sql_module.load("rule_inputs").stage(),
     roofline.COSTS_STAGE,
     phases.STAGE,
     assemble.STAGE,
@@ -59,16 +63,15 @@ STAGES: tuple[Stage, ...] = (
     accounting.STAGE,
     roofline.SUMMARY_STAGE,
     activity.STAGE,
-    ranks.STAGE,
-    sql_module.load("collectives").stage(),
+    host_context.STAGE,
     steady.STAGE,
     sql_module.load("step_windows").stage(),
     sql_module.load("critical_path").stage(),
-    sql_module.load("rule_inputs").stage(),
+    budget.STAGE,
+    ranks.STAGE,
+    sql_module.load("collectives").stage(),
     engines.STAGE,
     sql_module.load("trace_facts").stage(),
-    host_context.STAGE,
-    budget.STAGE,
     sql_module.load("totals").stage(),
 )
 
