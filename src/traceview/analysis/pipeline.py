@@ -46,9 +46,10 @@ class AnalysisOptions:
 # In dependency order; each stage declares what it reads and creates (docs/analysis.md is built from them).
 # Side by side, of the stages ready when a thread frees the first listed starts, so the order is also the
 # priority: the longest chains first. Op costs and the windows and work of steps before devices (the chain
-# through steps is the analysis's longest until `kernels` is assembled); after activity, host context (the
-# longest stage on a trace with many host ranges: 1.0 of the 10x vLLM trace's 2.9 s) and the chain through
-# steady to the critical path and step budget, then the short stages (the 10x trace: 3.02 -> 2.92 s).
+# through steps is the analysis's longest until `kernels` is assembled); then activity beside the launch queue
+# (0.8 s of the 2 M export's analysis alone); after activity, host context (the longest stage on a trace with
+# many host ranges: 1.0 of the 10x vLLM trace's 2.9 s) and the chain through steady to the critical path and
+# step budget, then the short stages (the 10x trace: 3.02 -> 2.92 s).
 # The order must keep each stage after those that create what it reads (run_stages checks it).
 STAGES: tuple[Stage, ...] = (
     categories.STAGE,
@@ -59,10 +60,11 @@ STAGES: tuple[Stage, ...] = (
     roofline.COSTS_STAGE,
     phases.STAGE,
     assemble.STAGE,
+    activity.STAGE,
+    sql_module.load("launch_queue").stage(),
     roofline.VIEWS_STAGE,
     accounting.STAGE,
     roofline.SUMMARY_STAGE,
-    activity.STAGE,
     host_context.STAGE,
     steady.STAGE,
     sql_module.load("step_windows").stage(),
