@@ -114,8 +114,13 @@ def parse_limit(source: Path, machine: int | None = None) -> int:
     return limit_bytes(size * PARSE_FACTOR[kind], machine)
 
 
+def analysis_working_set(kernels: int, host_rows: int) -> int:
+    """What the analysis is estimated to hold: kernels and memops, API calls and host ranges."""
+    return kernels * KERNEL_ROW_BYTES + host_rows * HOST_ROW_BYTES
+
+
 def analysis_limit(kernels: int, host_rows: int, machine: int | None = None) -> int:
-    return limit_bytes(kernels * KERNEL_ROW_BYTES + host_rows * HOST_ROW_BYTES, machine)
+    return limit_bytes(analysis_working_set(kernels, host_rows), machine)
 
 
 # a size as DuckDB's memory settings spell it: `8GB` is 10⁹ bytes a unit, `512MiB` 2²⁰

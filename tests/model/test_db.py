@@ -32,7 +32,8 @@ def test_statements_run_side_by_side_where_one_statement_leaves_cores_idle(all_c
         assert vllm.scalar("SELECT current_setting('threads')") == default_threads
 
 
-def test_two_row_groups_of_device_rows_per_core_run_one_statement_but_two_stages_at_a_time(all_cores: int) -> None:
+def test_two_row_groups_of_device_rows_per_core_run_one_statement_but_two_stages_at_a_time_unless_memory_binds(
+        all_cores: int) -> None:
     con = duckdb.connect()
     limit = 2 * all_cores * db.ROW_GROUP_ROWS
     con.execute("CREATE TABLE kernels AS SELECT range AS kernel_id FROM range($n)", {"n": limit - 11})
@@ -43,3 +44,7 @@ def test_two_row_groups_of_device_rows_per_core_run_one_statement_but_two_stages
     con.execute("INSERT INTO memops VALUES (10)")
     assert db.side_by_side(con) == 1
     assert db.side_by_side(con, stages=True) == min(2, all_cores)  # a stage's statements leave cores idle
+    con.execute("SET memory_limit = '700MiB'")  # below the 755 MB the analysis of 491,520 kernels is sized for
+    assert db.side_by_side(con, stages=True) == 1
+    con.execute("DELETE FROM kernels WHERE kernel_id >= 100")  # a small trace under the same limit
+    assert db.side_by_side(con) == all_cores

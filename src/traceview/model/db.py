@@ -79,11 +79,19 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
       core, and two at once contend for them and for the memory limit (its rules and report 6.46 -> 7.37 s),
       so one; but an analysis stage is a chain of statements, many of which leave a core idle (windows
       partitioned by rank or stream, ASOF joins on few keys), so stages still run two at a time (its analysis
-      6.83 -> 6.26 s)."""
+      6.83 -> 6.26 s).
+    Under a memory limit below what the analysis is estimated to hold (a small container's, or the user's),
+    one at a time whatever the size: two statements at once contend for the limit, and DuckDB then stops
+    where one at a time completes (the 10x trace in a 400 MiB container, 144 MiB for DuckDB)."""
     cores = memory.cores()
+    device_rows, host_rows, limit = con.execute("""
+        SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
+               (SELECT count(*) FROM api_calls) + (SELECT count(*) FROM ranges),
+               current_setting('memory_limit')""").fetchall()[0]
+    if memory.setting_bytes(limit) < memory.analysis_working_set(device_rows, host_rows):
+        return 1
     if _fits_row_group(con):
         return cores
-    device_rows = con.execute("SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops)").fetchall()[0][0]
     return min(2, cores) if stages or device_rows < 2 * cores * ROW_GROUP_ROWS else 1
 
 
