@@ -9,7 +9,7 @@ import pytest
 
 import traceview
 from conftest import DLRM_DIR, VLLM_H100, analysed, requires_shared, union_ns
-from traceview.analysis.activity import STAGE, build_activity
+from traceview.analysis.activity import STAGES, build_activity
 from traceview.testing import H100_SXM, ApiCall, Kernel, Memop, TraceSpec, write_nsys
 
 US = 1_000
@@ -122,7 +122,7 @@ def test_busiest_device(generated) -> None:
 
 
 def test_tables_declare_every_column(generated) -> None:
-    for relation in STAGE.creates:
+    for relation in (relation for stage in STAGES for relation in stage.creates):
         actual = [name for (name,) in generated.con.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
             [relation.name]).fetchall()]

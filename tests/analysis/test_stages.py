@@ -64,7 +64,10 @@ def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites
     assert after["step_work"] == ["categories"] and after["steps"] == ["op_costs", "step_work"]
     # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
     assert after["assemble"] == ["categories", "step_work", "devices", "kernel_costs", "steps"]
-    assert after["step_budget"] == ["steps", "activity", "steady", "step_windows"]
+    assert after["step_budget"] == ["steps", "activity", "idle_gaps", "steady", "device_busy", "step_windows"]
+    # what reads only the timeline starts beside the gaps and the busy unions read off it
+    assert after["steady"] == ["steps", "assemble", "activity"]
+    assert after["critical_path"] == ["steps", "assemble", "activity", "step_windows"]
     assert "devices" in after["step_accounting"]  # it prices steps on the GPU devices matched
 
 

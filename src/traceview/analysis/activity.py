@@ -2,8 +2,9 @@
 
 Rules and reports ask the same questions of a GPU's timeline (when was it busy, where did it sit idle,
 who ended each gap, was communication hidden behind compute), so the answers are built once, here,
-after kernels carry their category and step. The SQL is analysis/sql/activity.sql; every interval fact in
-it rests on the running-max window of analysis/intervals.py, invoked as its macros.
+after kernels carry their category and step. The SQL is analysis/sql/activity.sql (the timeline),
+idle_gaps.sql and device_busy.sql (what is read off it); every interval fact in them rests on the running-max
+window of analysis/intervals.py, invoked as its macros.
 busiest_device and comm_islands are views, computed when a rule or report reads them, so a filter on them
 is pushed down; gpu_idle_gaps is a table: the budget, the host context and idle_by_kind read every gap.
 """
@@ -15,10 +16,18 @@ import duckdb
 from traceview.analysis import sql_module
 
 ACTIVITY = sql_module.load("activity")
+IDLE_GAPS = sql_module.load("idle_gaps")
+DEVICE_BUSY = sql_module.load("device_busy")
 
 STAGE = ACTIVITY.stage()
+IDLE_GAPS_STAGE = IDLE_GAPS.stage()
+DEVICE_BUSY_STAGE = DEVICE_BUSY.stage()
+# the timeline first, then what is read off it: three stages, so that the steady state, the critical path and the
+# collectives, which read only the timeline, start beside the gaps and the busy unions
+STAGES = (STAGE, IDLE_GAPS_STAGE, DEVICE_BUSY_STAGE)
 
 
 def build_activity(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every relation the stage declares; needs kernels.category/step_id and memops.step_id."""
-    ACTIVITY.run(con)
+    """Create every relation the three stages declare; needs kernels.category/step_id and memops.step_id."""
+    for module in (ACTIVITY, IDLE_GAPS, DEVICE_BUSY):
+        module.run(con)

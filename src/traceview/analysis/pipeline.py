@@ -46,10 +46,10 @@ class AnalysisOptions:
 # In dependency order; each stage declares what it reads and creates (docs/analysis.md is built from them).
 # Side by side, of the stages ready when a thread frees the first listed starts, so the order is also the
 # priority: the longest chains first. Op costs and the windows and work of steps before devices (the chain
-# through steps is the analysis's longest until `kernels` is assembled); then activity beside the launch queue
-# (0.8 s of the 2 M export's analysis alone); after activity, host context (the longest stage on a trace with
-# many host ranges: 1.0 of the 10x vLLM trace's 2.9 s) and the chain through steady to the critical path and
-# step budget, then the short stages (the 10x trace: 3.02 -> 2.92 s).
+# through steps is the analysis's longest until `kernels` is assembled); then the timeline (activity) beside the
+# launch queue (0.8 s of the 2 M export's analysis alone); after the timeline, the idle gaps beside the chain
+# through steady to the critical path and step budget, and the busy unions; then host context (the longest
+# stage on a trace with many host ranges: 1.0 of the 10x vLLM trace's 2.9 s), then the short stages.
 # The order must keep each stage after those that create what it reads (run_stages checks it).
 STAGES: tuple[Stage, ...] = (
     categories.STAGE,
@@ -62,11 +62,13 @@ STAGES: tuple[Stage, ...] = (
     assemble.STAGE,
     activity.STAGE,
     sql_module.load("launch_queue").stage(),
+    activity.IDLE_GAPS_STAGE,
+    steady.STAGE,
+    activity.DEVICE_BUSY_STAGE,
     roofline.VIEWS_STAGE,
     accounting.STAGE,
     roofline.SUMMARY_STAGE,
     host_context.STAGE,
-    steady.STAGE,
     sql_module.load("step_windows").stage(),
     sql_module.load("critical_path").stage(),
     budget.STAGE,
