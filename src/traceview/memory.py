@@ -119,6 +119,13 @@ def analysis_working_set(kernels: int, host_rows: int) -> int:
     return kernels * KERNEL_ROW_BYTES + host_rows * HOST_ROW_BYTES
 
 
+def below_working_set(limit: int, kernels: int, host_rows: int) -> bool:
+    """Whether DuckDB's limit is below what the analysis is estimated to hold (a small container's limit, or
+    the user's). A limit within a tenth of the estimate counts as sized for it: traceview sets limits in whole
+    MiB, and DuckDB reports its limit rounded to one decimal of its unit (3,338 MiB reads as 3.2 GiB)."""
+    return limit < 0.9 * analysis_working_set(kernels, host_rows)
+
+
 def analysis_limit(kernels: int, host_rows: int, machine: int | None = None) -> int:
     return limit_bytes(analysis_working_set(kernels, host_rows), machine)
 

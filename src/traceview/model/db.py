@@ -88,7 +88,7 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
         SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
                (SELECT count(*) FROM api_calls) + (SELECT count(*) FROM ranges),
                current_setting('memory_limit')""").fetchall()[0]
-    if memory.setting_bytes(limit) < memory.analysis_working_set(device_rows, host_rows):
+    if memory.below_working_set(memory.setting_bytes(limit), device_rows, host_rows):
         return 1
     if _fits_row_group(con):
         return cores
