@@ -45,3 +45,32 @@ def test_busy_time_is_the_length_of_the_union() -> None:
     islands = dict(con.execute(f"SELECT key, sum(hi - lo) FROM ({busy_islands_sql('SELECT * FROM t', ('key',))}) "
                                "GROUP BY key").fetchall())
     assert busy == islands
+
+
+def test_exposed_islands_are_the_island_less_its_overlap_with_the_cover() -> None:
+    """Each island of the source keeps the nanoseconds no cover interval of its key's device runs in, against a
+    count nanosecond by nanosecond; a key with no cover is exposed whole."""
+    import random
+
+    from traceview.analysis.intervals import exposed_islands_sql
+
+    rng = random.Random(11)
+    source = [(device, step, start, start + rng.choice((1, 7, 30, 120)))
+              for device in range(3) for step in range(2) for start in (rng.randrange(0, 600) for _ in range(15))]
+    cover = [(device, start, start + rng.choice((1, 10, 60))) for device in range(2)
+             for start in (rng.randrange(0, 700) for _ in range(25))]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE s (device INTEGER, step INTEGER, start_ns BIGINT, end_ns BIGINT)")
+    con.execute("CREATE TABLE c (device INTEGER, start_ns BIGINT, end_ns BIGINT)")
+    con.executemany("INSERT INTO s VALUES (?, ?, ?, ?)", source)
+    con.executemany("INSERT INTO c VALUES (?, ?, ?)", cover)
+    exposed_sql = exposed_islands_sql("SELECT * FROM s", ("device", "step"), "SELECT * FROM c", ("device",))
+    rows = con.execute(f"SELECT * FROM ({exposed_sql}) ORDER BY ALL").fetchall()
+    covered = {device: {ns for d, lo, hi in cover if d == device for ns in range(lo, hi)} for device in range(3)}
+    for device, step, lo, hi, exposed in rows:
+        assert exposed == sum(1 for ns in range(lo, hi) if ns not in covered[device])
+    busy = {(d, s): {ns for dd, ss, lo, hi in source if (dd, ss) == (d, s) for ns in range(lo, hi)}
+            for d, s, _, _ in source}
+    assert {(d, s): sum(hi - lo for dd, ss, lo, hi, _ in rows if (dd, ss) == (d, s)) for d, s in busy} \
+        == {key: len(ns) for key, ns in busy.items()}
+    assert any(exposed == hi - lo for device, _, lo, hi, exposed in rows if device == 2)

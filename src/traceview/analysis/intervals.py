@@ -136,3 +136,23 @@ def busy_before_sql(alias: str, point_sql: str) -> str:
     return (f"CASE WHEN {alias_sql}.lo IS NULL THEN 0 ELSE {alias_sql}.before + "
             f"(CASE WHEN {point_sql} < {alias_sql}.hi THEN {point_sql} ELSE {alias_sql}.hi END) - {alias_sql}.lo END")
 
+
+def exposed_islands_sql(source_sql: str, keys: tuple[str, ...], cover_sql: str, cover_keys: tuple[str, ...]) -> str:
+    """SQL yielding (keys..., lo, hi, exposed_ns): the busy islands of `source` per key, each with the part of it
+    that no interval of `cover` overlaps (cover's islands per `cover_keys`, leading names of `keys`): the island's
+    length less B(hi) - B(lo), the cover's busy time before each end (busy_before_sql), two ASOF joins."""
+    on_sql = " AND ".join(f"k.{ident(key)} = c.{ident(key)}" for key in cover_keys)
+    return f"""
+        WITH _cover AS ({islands_with_time_before_sql(cover_sql, cover_keys)}),
+        _to_hi AS (
+            SELECT c.*, {busy_before_sql("k", "c.hi")} AS _cover_to_hi
+            FROM ({busy_islands_sql(source_sql, keys)}) c
+            ASOF LEFT JOIN _cover k ON {on_sql} AND k.lo <= c.hi
+        ),
+        _to_lo AS (
+            SELECT c.*, {busy_before_sql("k", "c.lo")} AS _cover_to_lo
+            FROM _to_hi c
+            ASOF LEFT JOIN _cover k ON {on_sql} AND k.lo <= c.lo
+        )
+        SELECT {idents(keys)}, lo, hi, hi - lo - (_cover_to_hi - _cover_to_lo) AS exposed_ns FROM _to_lo
+    """

@@ -61,6 +61,7 @@ MACROS: dict[str, tuple[Callable[..., str], tuple[str, ...]]] = {
     "islands_with_time_before": (intervals.islands_with_time_before_sql, ("relation", "keys")),
     "time_before": (intervals.time_before_sql, ("relation", "keys")),
     "busy_before": (intervals.busy_before_sql, ("expression", "expression")),
+    "exposed_islands": (intervals.exposed_islands_sql, ("relation", "keys", "relation", "keys")),
 }
 
 

@@ -6,7 +6,7 @@
 -- creates: device_activity, busiest_device, one_device_ranks, rank_busy_islands, comm_islands
 --
 -- Every interval fact rests on the one running-max window of analysis/intervals.py, invoked here as its macros
--- (busy_islands, busy_time, islands_from_prev_end, islands_with_time_before, busy_before; the loader expands each
+-- (busy_islands, busy_time, islands_from_prev_end, exposed_islands; the loader expands each
 -- into the helper's text): `prev_end_ns` is the latest end among the intervals of a key that start before this
 -- one; an interval starting past it opens a busy island, and an island ends where the next island's opener says
 -- the work before it ended (its prev_end_ns), the last at the key's latest end.
@@ -39,27 +39,12 @@ WITH comm_activity AS NOT MATERIALIZED (
 comm AS (
     SELECT rank, device_id, sum(hi - lo)::BIGINT AS comm_ns, sum(exposed_ns)::BIGINT AS comm_exposed_ns
     FROM (
-        WITH compute_cum AS (
-            -- the compute islands, each with the compute-busy time of the islands before it
-            islands_with_time_before!((SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
-                                       WHERE kind = 'kernel' AND category <> 'communication'
-                                         AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
-                                      (rank, device_id))
-        ),
-        busy_before_hi AS (
-            SELECT c.*, busy_before!(k, c.hi) AS c_hi
-            FROM (
-                -- the communication islands
-                busy_islands!((SELECT rank, device_id, start_ns, end_ns FROM comm_activity), (rank, device_id))
-            ) c
-            ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
-        ),
-        busy_before_lo AS (
-            SELECT c.*, busy_before!(k, c.lo) AS c_lo
-            FROM busy_before_hi c
-            ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
-        )
-        SELECT rank, device_id, lo, hi, hi - lo - (c_hi - c_lo) AS exposed_ns FROM busy_before_lo
+        -- the communication islands, each with the part no compute kernel of its device ran beside
+        exposed_islands!((SELECT rank, device_id, start_ns, end_ns FROM comm_activity), (rank, device_id),
+                         (SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
+                          WHERE kind = 'kernel' AND category <> 'communication'
+                            AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
+                         (rank, device_id))
     ) GROUP BY rank, device_id
 ),
 comm_kernels AS (SELECT rank, device_id, count(*) AS comm_kernels FROM comm_activity GROUP BY rank, device_id),
@@ -156,28 +141,13 @@ WITH comm_activity AS NOT MATERIALIZED (
 )
 SELECT rank, device_id, step_id, family, lo AS start_ns, hi AS end_ns, hi - lo AS comm_ns, exposed_ns
 FROM (
-    WITH compute_cum AS (
-        islands_with_time_before!((SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
-                                   WHERE kind = 'kernel' AND category <> 'communication'
-                                     AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
-                                  (rank, device_id))
-    ),
-    busy_before_hi AS (
-        SELECT c.*, busy_before!(k, c.hi) AS c_hi
-        FROM (
-            -- the communication islands per step and family
-            busy_islands!((
-                SELECT rank, device_id, step_id, comm_family AS family, start_ns, end_ns FROM comm_activity
-                UNION ALL
-                SELECT rank, device_id, step_id, 'all', start_ns, end_ns FROM comm_activity
-            ), (rank, device_id, step_id, family))
-        ) c
-        ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.hi
-    ),
-    busy_before_lo AS (
-        SELECT c.*, busy_before!(k, c.lo) AS c_lo
-        FROM busy_before_hi c
-        ASOF LEFT JOIN compute_cum k ON k.rank = c.rank AND k.device_id = c.device_id AND k.lo <= c.lo
-    )
-    SELECT rank, device_id, step_id, family, lo, hi, hi - lo - (c_hi - c_lo) AS exposed_ns FROM busy_before_lo
+    -- the communication islands per step and family, each with the part no compute kernel of its device ran beside
+    exposed_islands!((SELECT rank, device_id, step_id, comm_family AS family, start_ns, end_ns FROM comm_activity
+                      UNION ALL
+                      SELECT rank, device_id, step_id, 'all', start_ns, end_ns FROM comm_activity),
+                     (rank, device_id, step_id, family),
+                     (SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
+                      WHERE kind = 'kernel' AND category <> 'communication'
+                        AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
+                     (rank, device_id))
 );
