@@ -80,9 +80,10 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
       so one; but an analysis stage is a chain of statements, many of which leave a core idle (windows
       partitioned by rank or stream, ASOF joins on few keys), so stages still run two at a time (its analysis
       6.83 -> 6.26 s).
-    Under a memory limit below what the analysis is estimated to hold (a small container's, or the user's),
-    one at a time whatever the size: two statements at once contend for the limit, and DuckDB then stops
-    where one at a time completes (the 10x trace in a 400 MiB container, 144 MiB for DuckDB)."""
+    Under a memory limit below what the analysis is estimated to hold (`memory.below_working_set`: a small
+    container's, or the user's), one at a time whatever the size: two statements at once contend for the
+    limit, and DuckDB then stops where one at a time completes (the 10x trace in a 400 MiB container, 144 MiB
+    for DuckDB: out of memory once in three runs with two stages at a time)."""
     cores = memory.cores()
     device_rows, host_rows, limit = con.execute("""
         SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
