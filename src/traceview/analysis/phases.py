@@ -139,9 +139,12 @@ def find_step_work(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = N
     for grammar in load_grammars():
         # one statement per grammar, so that its pattern is a bound constant: DuckDB compiles a pattern read
         # from a column once per row
+        parameters = {"pattern": grammar.pattern, "groups": list(grammar.groups), "grammar": grammar.name,
+                      "confidence": grammar.confidence}
         with db.values_table(con, "_modes", {"mode": "VARCHAR", "phase": "VARCHAR"}, list(grammar.modes.items())):
-            STEP_WORK.run(con, "grammar", pattern=grammar.pattern, groups=list(grammar.groups), grammar=grammar.name,
-                          confidence=grammar.confidence, annotation_kinds=list(ANNOTATION_KINDS))
+            STEP_WORK.run(con, "grammar", **parameters, annotation_kinds=list(ANNOTATION_KINDS))
+            if step_regex:
+                STEP_WORK.run(con, "user_regex_phases", **parameters)
     patterns = load_training_patterns()
     STEP_WORK.run(con, "range_roles", **range_role_parameters(patterns))
     STEP_WORK.run(con, "work", gap=gap_ns, head=PATTERN_KERNELS, memop_columns=list(db.contract_columns("memops")))

@@ -82,7 +82,9 @@ WITH grammar_input AS (
 )
 SELECT * FROM _grammar_windows('grammar_input', $pattern, $groups, $grammar, $confidence);
 
--- ... and phases for user-regex windows whose names match it
+-- section: user_regex_phases
+-- ... and phases for user-regex windows whose names match it (run only with --step-regex: no other source
+-- makes user_regex windows)
 UPDATE _step_windows w SET phase = g.phase, confidence = g.confidence,
        prefill_requests = g.prefill_requests, prefill_tokens = g.prefill_tokens,
        decode_requests = g.decode_requests, decode_tokens = g.decode_tokens,
