@@ -177,10 +177,8 @@ def _connect_for(source: Path, memory_limit: str | None) -> duckdb.DuckDBPyConne
 def _size_for_analysis(con: duckdb.DuckDBPyConnection, memory_limit: str | None) -> None:
     """Once the rows are known, the limit follows what the analysis will hold (traceview.memory); under the
     user's limit only the blocks DuckDB keeps for reuse do, up to that limit."""
-    kernels, host_rows = con.execute("""
-        SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
-               (SELECT count(*) FROM api_calls) + (SELECT count(*) FROM ranges)""").fetchone()
-    limit = memory.analysis_limit(kernels, host_rows)
+    counts = db.EventCounts.of(con)
+    limit = memory.analysis_limit(counts.device_rows, counts.host_rows)
     user = _user_limit(memory_limit)
     if user:
         memory.hold_blocks(con, min(limit, memory.setting_bytes(user)))

@@ -201,4 +201,3 @@ def out_of_memory_message(exc: BaseException) -> str:
     used = f" ({detail.group(1)})" if detail else ""
     return (f"out of memory: a step needed more than DuckDB's memory limit{used}; rerun with a larger "
             "--memory-limit (or $TRACEVIEW_MEMORY_LIMIT), or on a machine with more memory")
-

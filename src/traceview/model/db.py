@@ -85,15 +85,13 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
     limit, and DuckDB then stops where one at a time completes (the 10x trace in a 400 MiB container, 144 MiB
     for DuckDB: out of memory once in three runs with two stages at a time)."""
     cores = memory.cores()
-    device_rows, host_rows, limit = con.execute("""
-        SELECT (SELECT count(*) FROM kernels) + (SELECT count(*) FROM memops),
-               (SELECT count(*) FROM api_calls) + (SELECT count(*) FROM ranges),
-               current_setting('memory_limit')""").fetchall()[0]
-    if memory.below_working_set(memory.setting_bytes(limit), device_rows, host_rows):
+    counts = EventCounts.of(con)
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    if memory.below_working_set(memory.setting_bytes(limit), counts.device_rows, counts.host_rows):
         return 1
-    if _fits_row_group(con):
+    if counts.fit_row_group:
         return cores
-    return min(2, cores) if stages or device_rows < 2 * cores * ROW_GROUP_ROWS else 1
+    return min(2, cores) if stages or counts.device_rows < 2 * cores * ROW_GROUP_ROWS else 1
 
 
 # Optimizers whose work pays only where there are rows to save work on (statistics to prune, compress and pick
@@ -115,18 +113,40 @@ def fit_to_size(con: duckdb.DuckDBPyConnection) -> None:
     by row group) and only hand each statement's work around: the statements run on one thread each, and
     side by side instead (the sample trace's analysis: 0.35 -> 0.31 s); and the optimizers that pay only on
     many rows are skipped (SMALL_TRACE_SKIPPED_OPTIMIZERS; those this DuckDB does not have are left out)."""
-    if _fits_row_group(con):
+    if EventCounts.of(con).fit_row_group:
         con.execute("SET threads = 1")
         known = {name for (name,) in con.execute("SELECT name FROM duckdb_optimizers()").fetchall()}
         skipped = [name for name in SMALL_TRACE_SKIPPED_OPTIMIZERS if name in known]
         con.execute("SET disabled_optimizers = $names", {"names": ",".join(skipped)})
 
 
-def _fits_row_group(con: duckdb.DuckDBPyConnection) -> bool:
-    rows = con.execute(
-        "SELECT (SELECT count(*) FROM kernels), (SELECT count(*) FROM api_calls), (SELECT count(*) FROM ranges)"
-    ).fetchall()[0]
-    return max(rows) < ROW_GROUP_ROWS
+@dataclass(frozen=True)
+class EventCounts:
+    """The rows of the event tables, which size the memory limit and how many statements run at once."""
+
+    kernels: int
+    memops: int
+    api_calls: int
+    ranges: int
+
+    @classmethod
+    def of(cls, con: duckdb.DuckDBPyConnection) -> EventCounts:
+        return cls(*con.execute("""
+            SELECT (SELECT count(*) FROM kernels), (SELECT count(*) FROM memops),
+                   (SELECT count(*) FROM api_calls), (SELECT count(*) FROM ranges)""").fetchall()[0])
+
+    @property
+    def device_rows(self) -> int:
+        return self.kernels + self.memops
+
+    @property
+    def host_rows(self) -> int:
+        return self.api_calls + self.ranges
+
+    @property
+    def fit_row_group(self) -> bool:
+        """No event table fills one of DuckDB's row groups: a statement has nothing to split across threads."""
+        return max(self.kernels, self.api_calls, self.ranges) < ROW_GROUP_ROWS
 
 
 @contextmanager
