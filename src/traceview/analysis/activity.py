@@ -15,19 +15,14 @@ import duckdb
 
 from traceview.analysis import sql_module
 
-ACTIVITY = sql_module.load("activity")
-IDLE_GAPS = sql_module.load("idle_gaps")
-DEVICE_BUSY = sql_module.load("device_busy")
-
-STAGE = ACTIVITY.stage()
-IDLE_GAPS_STAGE = IDLE_GAPS.stage()
-DEVICE_BUSY_STAGE = DEVICE_BUSY.stage()
 # the timeline first, then what is read off it: three stages, so that the steady state, the critical path and the
 # collectives, which read only the timeline, start beside the gaps and the busy unions
-STAGES = (STAGE, IDLE_GAPS_STAGE, DEVICE_BUSY_STAGE)
+MODULES = tuple(sql_module.load(name) for name in ("activity", "idle_gaps", "device_busy"))
+STAGES = tuple(module.stage() for module in MODULES)
+STAGE, IDLE_GAPS_STAGE, DEVICE_BUSY_STAGE = STAGES
 
 
 def build_activity(con: duckdb.DuckDBPyConnection) -> None:
     """Create every relation the three stages declare; needs kernels.category/step_id and memops.step_id."""
-    for module in (ACTIVITY, IDLE_GAPS, DEVICE_BUSY):
+    for module in MODULES:
         module.run(con)
