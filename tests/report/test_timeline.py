@@ -19,6 +19,7 @@ from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, analysed, reported, req
 from test_html import assert_charts_render, chart_rows, run_chromium
 from traceview import units as fmt
 from traceview.errors import TraceviewError
+from traceview.model.db import dict_rows
 from traceview.report import charts, html, json_report, timeline
 from traceview.report.data import build_report
 from traceview.report.timeline import FocusStep, build_timeline
@@ -321,6 +322,23 @@ def test_timeline_draws_in_headless_chromium(path: Path, focus: FocusStep | None
         assert rects == bars[name] > 100, name
     result = run_chromium(chromium, target, "--dump-dom")
     assert console_problems(result.stderr) == []
+
+
+@requires_shared
+def test_a_step_past_a_third_of_the_cap_goes_straight_to_merging_and_fits_drawn_as_it_is() -> None:
+    """vLLM H100's slowest decode step (1,375 kernels, 3,247 marks) skips the query as it is: the merge's first
+    level, resolution 0, draws every mark as its own bar, the same bars that query draws."""
+    trace = analysed(VLLM_H100)
+    step = next(s for s in timeline._chosen(trace.con, None) if s["phase"] == "decode")
+    assert 3 * (step["kernels"] + step["memops"]) > timeline.MAX_MARKS >= step["kernels"] + step["memops"]
+    drawn_step = timeline._step(trace.con, step)
+    as_is = dict_rows(trace.con, timeline._as_is_sql,
+                      {"rank": step["rank"], "step_id": step["step_id"], "step_start": step["start_ns"]})[0]
+    assert drawn_step["resolution_ns"] is None and drawn_step["note"] is None
+    assert sum(as_is["held"][kind] for kind in ("kernels", "memops", "calls", "gaps")) == 3_247
+    for kind in ("kernels", "memops", "calls", "gaps"):
+        assert drawn_step[kind] == (as_is[kind] or [])
+    assert drawn_step["names"] == as_is["names"] and drawn_step["held"] == as_is["held"]
 
 
 @requires_shared

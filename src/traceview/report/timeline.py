@@ -346,12 +346,15 @@ def levels(wall_ns: int) -> list[tuple[int, bool]]:
 
 
 def _step(con: duckdb.DuckDBPyConnection, step: dict[str, Any]) -> dict[str, Any]:
-    """One drawn step: the first merge level whose bars fit MAX_MARKS (the last one if none does). A step whose
-    kernels and memops alone pass the cap goes straight to merging; any other is drawn as it is first, and
-    merged only if its calls and gaps take it past the cap."""
+    """One drawn step: the first merge level whose bars fit MAX_MARKS (the last one if none does). A small step is
+    drawn as it is first, and merged only if its calls and gaps take it past the cap; any other goes straight to
+    merging, whose first level draws every mark as it is. Small: its kernels and memops, with at most one launch
+    call and one idle gap each, fit the cap. The query as it is saves 12 ms on a step of a hundred kernels and
+    nothing on one of a thousand, where running it for nothing cost 0.1 s (a 10x vLLM prefill step: 1,133 kernels,
+    4,140 marks)."""
     options = levels(step["wall_ns"])
     params = {"rank": step["rank"], "step_id": step["step_id"], "step_start": step["start_ns"]}
-    rows = (None if (step["kernels"] or 0) + (step["memops"] or 0) > MAX_MARKS
+    rows = (None if 3 * ((step["kernels"] or 0) + (step["memops"] or 0)) > MAX_MARKS
             else dict_rows(con, _as_is_sql, params)[0])
     if rows is None or sum(rows["held"][kind] for kind in ("kernels", "memops", "calls", "gaps")) > MAX_MARKS:
         rows = dict_rows(con, _merged_sql, {**params, "bin": BIN, "max_marks": MAX_MARKS,
