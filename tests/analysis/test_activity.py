@@ -96,6 +96,30 @@ def test_a_gap_during_a_pageable_copy_is_a_sync_drain(tmp_path) -> None:
         112 * US, 460 * US, "sync_drain")
 
 
+def test_a_gap_is_a_sync_drain_only_through_a_blocking_call_other_than_its_own_launch(tmp_path) -> None:
+    """Times in us. Kernel [0, 100]; a pageable copy call [150, 400] issued in the gap, its copy [300, 302]: the
+    gap [100, 300) it ends overlaps only its own launch, which is late, not a drain. The gap [302, 500) ends with
+    a kernel launched at 450 and lies inside that copy call (started before it): a drain. In the gap [540, 700) a
+    synchronize [600, 620] starts: a drain. The gap [900, 1100) ends with a second pageable copy (call [950,
+    1200], copy [1100, 1102]) and holds a synchronize [920, 940] besides: a drain."""
+    def copy(start_us: int, launch_us: int, launch_dur_us: int) -> Memop:
+        return Memop("memcpy", start_us * US, 2 * US, 4, "DtoH", "Device", "Pageable", pid=PID, tid=PID,
+                     launch_start_ns=launch_us * US, launch_dur_ns=launch_dur_us * US)
+
+    def sync(start_us: int) -> ApiCall:
+        return ApiCall("cudaStreamSynchronize", start_us * US, 20 * US, pid=PID, tid=PID)
+
+    spec = TraceSpec(gpus=(H100_SXM,),
+                     kernels=(_kernel(GEMM, 0, 100, -20), _kernel(GEMM, 500, 40, 450), _kernel(GEMM, 700, 10, 650),
+                              _kernel(GEMM, 800, 100, 705)),
+                     memops=(copy(300, 150, 250), copy(1100, 950, 250)), api_calls=(sync(600), sync(920)),
+                     process_names={PID: "python"}, session_offset_ns=0)
+    trace = traceview.load(write_nsys(spec, tmp_path / "t.sqlite")).analyze()
+    assert trace.sql("SELECT start_ns // 1000, end_ns // 1000, cause FROM gpu_idle_gaps ORDER BY start_ns").rows() == [
+        (100, 300, "host_launch_late"), (302, 500, "sync_wait"), (540, 700, "sync_wait"), (710, 800, "launch_overhead"),
+        (900, 1100, "sync_wait")]
+
+
 def test_device_activity(generated) -> None:
     rows = generated.sql("""SELECT device_id, first_ns, last_ns, span_ns, busy_ns, kernel_ns, kernel_busy_ns, idle_ns,
                                    gaps, comm_kernels, comm_ns, comm_exposed_ns

@@ -60,13 +60,38 @@ LEFT JOIN first_ids f ON g.launch_call_id IS NULL AND f.rank = g.rank AND f.pid 
 LEFT JOIN api_calls a ON a.rank = g.rank AND a.call_id = coalesce(g.launch_call_id, f.call_id);
 
 CREATE OR REPLACE TABLE gpu_idle_gaps AS
-WITH synced AS (
-    -- the gaps during which the launching thread sat in a host-blocking call (a synchronize, a
-    -- blocking memcpy): few, so found by an inner join and marked on the rest by key
+WITH blocking AS (SELECT rank, pid, tid, call_id, start_ns, end_ns FROM host_blocking_calls()),
+reach AS (
+    -- per thread, at each blocking call's start: the latest end of the thread's blocking calls starting then or
+    -- before (RANGE: calls starting together are one point)
+    SELECT rank, pid, tid, start_ns,
+           max(end_ns) OVER (PARTITION BY rank, pid, tid ORDER BY start_ns
+                             RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS reach_ns
+    FROM blocking
+),
+late AS (  -- only a gap whose launch came after the GPU went idle can be a sync wait (`caused` below)
+    SELECT rank, device_id, kind, activity_id, pid, call_tid, call_id, start_ns, end_ns
+    FROM _gap_calls WHERE call_start_ns >= start_ns
+),
+own AS (  -- the gaps whose own launch call blocks and overlaps them (a pageable copy issued in the gap)
+    SELECT g.* FROM late g JOIN blocking b ON b.rank = g.rank AND b.call_id = g.call_id
+    WHERE b.start_ns < g.end_ns AND b.end_ns > g.start_ns
+),
+synced AS (
+    -- the gaps during which the launching thread sat in a host-blocking call other than the gap's own launch
+    -- (a synchronize, a blocking memcpy). A blocking call overlaps a gap when it starts before the gap ends and
+    -- ends after it starts: the calls starting before the gap's end reach past its start. An ASOF join reads that
+    -- reach, O(n log n) where a join on the thread compared every gap with every blocking call of its thread;
+    -- the few gaps whose own launch is such a call are checked call by call, that call left out
+    SELECT g.rank, g.device_id, g.kind, g.activity_id
+    FROM late g
+    ASOF JOIN reach r ON r.rank = g.rank AND r.pid = g.pid AND r.tid = g.call_tid AND g.end_ns > r.start_ns
+    WHERE r.reach_ns > g.start_ns
+      AND (g.rank, g.device_id, g.kind, g.activity_id) NOT IN (SELECT rank, device_id, kind, activity_id FROM own)
+    UNION ALL
     SELECT DISTINCT g.rank, g.device_id, g.kind, g.activity_id
-    FROM _gap_calls g
-    JOIN host_blocking_calls() s
-      ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.call_id <> g.call_id
+    FROM own g
+    JOIN blocking s ON s.rank = g.rank AND s.pid = g.pid AND s.tid = g.call_tid AND s.call_id <> g.call_id
      AND s.start_ns < g.end_ns AND s.end_ns > g.start_ns
 ),
 named AS NOT MATERIALIZED (
