@@ -347,3 +347,29 @@ def test_vllm_gaps_are_covered_by_the_model_forward_not_the_op_at_their_end() ->
     assert 2 * row[0][5] < end - start  # the op at the gap's end covers far less than half
     (density,) = trace.sql("SELECT python_events, dense FROM python_event_density").rows()
     assert density == (106_101, True)
+
+
+@requires_shared
+def test_every_gaps_frame_op_and_range_match_a_range_join_on_vllm() -> None:
+    """vLLM H100 (with_stack, 128 k host ranges): for every gap of at least 10 us, the Python frame, CPU op and
+    user range of the launching thread overlapping it the most (then the latest-starting, the shortest, the
+    deepest), found here by a plain range join over every range, equal what the analysis finds with ASOF joins
+    over the ranges its time buckets keep."""
+    trace = analysed(VLLM_H100)
+    expected = trace.sql("""
+        WITH g AS (SELECT device_id, start_ns, end_ns, pid, call_tid FROM gpu_idle_gaps
+                   WHERE dur_ns >= 10000 AND call_tid IS NOT NULL),
+        o AS (SELECT g.device_id, g.end_ns AS gap_end, r.kind, r.name, r.start_ns, r.end_ns, r.depth,
+                     (CASE WHEN r.end_ns < g.end_ns THEN r.end_ns ELSE g.end_ns END)
+                       - (CASE WHEN r.start_ns > g.start_ns THEN r.start_ns ELSE g.start_ns END) AS overlap
+              FROM g JOIN ranges r ON r.pid = g.pid AND r.tid = g.call_tid
+                                  AND r.start_ns < g.end_ns AND r.end_ns > g.start_ns)
+        SELECT device_id, gap_end,
+               arg_max(name, (overlap, start_ns, -end_ns, depth)) FILTER (WHERE kind = 'python_function'),
+               arg_max(name, (overlap, start_ns, -end_ns, depth)) FILTER (WHERE kind = 'cpu_op'),
+               arg_max(name, (overlap, start_ns, -end_ns, depth)) FILTER (WHERE kind IN ('nvtx', 'user_annotation'))
+        FROM o GROUP BY ALL ORDER BY ALL""").rows()
+    found = trace.sql("""SELECT device_id, end_ns, python_frame, cpu_op, user_range FROM idle_gap_context
+                         WHERE python_frame IS NOT NULL OR cpu_op IS NOT NULL OR user_range IS NOT NULL
+                         ORDER BY ALL""").rows()
+    assert len(found) > 100 and found == expected
