@@ -162,13 +162,18 @@ issue_ports AS (
     WHERE l.first_op_start_ns < l.call_end_ns
 ),
 ports AS MATERIALIZED (
-    SELECT *, row_number() OVER (PARTITION BY rank ORDER BY entry_ns, own_start_ns, ptype, id) AS ord,
-           count(*) OVER (PARTITION BY rank) AS rank_ports
-    FROM (SELECT * FROM op_ports UNION ALL SELECT * FROM call_ports UNION ALL SELECT * FROM issue_ports)
-)
-SELECT p.rank, p.ptype, p.id, p.kind, p.own_start_ns, p.entry_ns, p.gap_kind, p.ord, p.rank_ports,
+    -- numbered in one sorted order by a streaming window (an empty OVER keeps the rows' order): the numbers run
+    -- on across ranks, which keeps each rank's order, and the sort runs on every core where a window partitioned
+    -- by rank sorted each rank on one (10x vLLM trace: 0.27 s for 251 k ports)
+    SELECT *, row_number() OVER () AS ord
+    FROM (SELECT * FROM (SELECT * FROM op_ports UNION ALL SELECT * FROM call_ports UNION ALL SELECT * FROM issue_ports)
+          ORDER BY rank, entry_ns, own_start_ns, ptype, id)
+),
+rank_sizes AS (SELECT rank, count(*) AS rank_ports FROM ports GROUP BY rank)
+SELECT p.rank, p.ptype, p.id, p.kind, p.own_start_ns, p.entry_ns, p.gap_kind, p.ord, s.rank_ports,
        q.ord AS pred_ord, q.entry_ns AS pred_entry_ns
 FROM ports p
+JOIN rank_sizes s ON s.rank = p.rank
 LEFT JOIN ports q ON q.rank = p.rank AND q.ptype = p.pred_ptype AND q.id = p.pred_id;
 
 CREATE OR REPLACE TEMP TABLE _cp_walk AS
