@@ -187,17 +187,19 @@ WITH RECURSIVE roots AS (
     GROUP BY a.rank, a.step_id, s.start_ns
 ),
 walk AS (
+    -- low_ns: the running minimum of the points entry_0, own_start_0, entry_1, own_start_1, ... along the walk;
+    -- before_ns: that minimum before this node (NULL at the root)
     SELECT r.rank, r.step_id, r.step_start_ns, 0 AS seq, p.ptype, p.id, p.ord, p.pred_ord, p.pred_entry_ns,
-           p.rank_ports
+           p.rank_ports, _cp_earlier(p.entry_ns, p.own_start_ns) AS low_ns, NULL::BIGINT AS before_ns
     FROM roots r JOIN _cp_ports p ON p.rank = r.rank AND p.ptype = r.op.ptype AND p.id = r.op.id
     UNION ALL
     SELECT w.rank, w.step_id, w.step_start_ns, w.seq + 1, p.ptype, p.id, p.ord, p.pred_ord, p.pred_entry_ns,
-           p.rank_ports
+           p.rank_ports, _cp_earlier(w.low_ns, _cp_earlier(p.entry_ns, p.own_start_ns)), w.low_ns
     FROM walk w
     JOIN _cp_ports p ON p.rank = w.rank AND p.ord = w.pred_ord
     WHERE w.pred_ord < w.ord AND w.pred_entry_ns > w.step_start_ns AND w.seq < w.rank_ports AND w.seq < 19999
 )
-SELECT rank, step_id, step_start_ns, seq, ptype, id FROM walk;
+SELECT rank, step_id, step_start_ns, seq, ptype, id, low_ns, before_ns FROM walk;
 
 -- table critical_path_segments: one row per segment of a step's critical path, in time order (they tile the path)
 --   rank: trace rank
@@ -215,17 +217,8 @@ SELECT rank, step_id, step_start_ns, seq, ptype, id FROM walk;
 --   dur_ns: end_ns - start_ns, > 0
 CREATE OR REPLACE TABLE critical_path_segments AS
 WITH nodes AS (
-    SELECT w.rank, w.step_id, w.step_start_ns, w.seq, w.ptype, w.id, p.kind, p.gap_kind, p.own_start_ns,
-           p.entry_ns, p.pred_ord, p.pred_entry_ns
+    SELECT w.*, p.kind, p.gap_kind, p.own_start_ns, p.entry_ns, p.pred_ord, p.pred_entry_ns
     FROM _cp_walk w JOIN _cp_ports p ON p.rank = w.rank AND p.ptype = w.ptype AND p.id = w.id
-),
-clipped AS (
-    -- the running minimum of the points entry_0, own_start_0, entry_1, own_start_1, ... along the walk
-    SELECT *,
-           min(_cp_earlier(entry_ns, own_start_ns)) OVER w AS low_ns,
-           min(_cp_earlier(entry_ns, own_start_ns)) OVER (w ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before_ns
-    FROM nodes
-    WINDOW w AS (PARTITION BY rank, step_id ORDER BY seq)
 ),
 bounds AS (
     SELECT rank, step_id, ptype, id, kind, gap_kind,
@@ -233,7 +226,7 @@ bounds AS (
            _cp_later(low_ns, step_start_ns) AS own_lo_ns,
            _cp_later(CASE WHEN pred_ord IS NULL THEN low_ns ELSE _cp_earlier(low_ns, pred_entry_ns) END,
                     step_start_ns) AS gap_lo_ns
-    FROM clipped
+    FROM nodes
 ),
 pieces AS (
     SELECT rank, step_id, ptype, id, kind, own_lo_ns AS start_ns, own_hi_ns AS end_ns FROM bounds
