@@ -10,12 +10,12 @@
 CREATE OR REPLACE MACRO step_claims(rank, step_id, bucket, ns) AS
     list({'rank': rank, 'step_id': step_id, 'bucket': bucket, 'ns': ns} ORDER BY step_id NULLS LAST);
 
--- view launching_ops: one row per (rank, Kineto External id) of a CPU op
+-- table launching_ops: one row per (rank, Kineto External id) of a CPU op: a table, so the rules that read it share one grouping of the CPU ops
 --   rank: trace rank
 --   external_id: `ranges.external_id`, which a kernel shares with the op that launched it
 --   op: the innermost op of that id (the deepest `cpu_op` range): the layer's own op (`aten::linear`,
 --     `aten::mul`), not the module around it
-CREATE OR REPLACE VIEW launching_ops AS
+CREATE OR REPLACE TABLE launching_ops AS
 SELECT rank, external_id, arg_max(name, depth) AS op
 FROM ranges WHERE kind = 'cpu_op' AND external_id IS NOT NULL
 GROUP BY ALL;
