@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from conftest import DLRM_DIR, SHARED_TRACES, analysed, requires_shared
+from conftest import DLRM_DIR, SHARED_TRACES, VLLM_H100, analysed, requires_shared
 
 import fixtures_ranks as runs
 
@@ -121,3 +121,30 @@ def test_dlrm_job_is_data_and_all_to_all_parallel() -> None:
         ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "all_to_all")]
     assert 1_576_964 in trace.sql("SELECT DISTINCT message_bytes FROM collective_calls WHERE kind = 'all_reduce'"
                                   ).to_series().to_list()
+
+
+@requires_shared
+@pytest.mark.parametrize("path", [VLLM_H100, DLRM_DIR], ids=["vllm_h100", "dlrm_8rank"])
+def test_each_collectives_host_op_matches_a_join_of_its_launch_with_every_range_of_its_thread(path) -> None:
+    """The innermost communication range around each launch (the latest-starting, then the shortest) and whether a
+    backward range encloses it, found here by a join of the launch with every range of its thread, equal what the
+    analysis finds joining on the launch's time bucket too."""
+    trace = analysed(path)
+    expected = trace.sql("""
+        WITH c AS (SELECT g.rank, g.activity_id AS kernel_id, a.pid, a.tid, a.start_ns AS t
+                   FROM gpu_activity g JOIN api_calls a ON a.rank = g.rank AND a.call_id = g.launch_call_id
+                   WHERE g.kind = 'kernel' AND g.category = 'communication'),
+        h AS (SELECT rank, pid, tid, name, start_ns, end_ns,
+                     regexp_matches(name, '(?i)backward|autograd::engine::evaluate_function|accumulategrad') AS backward
+              FROM ranges WHERE kind IN ('cpu_op', 'user_annotation', 'nvtx'))
+        SELECT c.rank, c.kernel_id,
+               arg_max(h.name, (h.start_ns, -h.end_ns)) FILTER (WHERE h.name IN (
+                   SELECT host_op FROM collective_calls WHERE host_op IS NOT NULL)),
+               coalesce(bool_or(h.backward), false)
+        FROM c LEFT JOIN h ON h.rank = c.rank AND h.pid = c.pid AND h.tid = c.tid
+                          AND h.start_ns <= c.t AND h.end_ns >= c.t
+        GROUP BY ALL ORDER BY ALL""").rows()
+    found = trace.sql("SELECT rank, kernel_id, host_op, in_backward FROM collective_calls WHERE kernel_id IN "
+                      "(SELECT activity_id FROM gpu_activity WHERE launch_call_id IS NOT NULL) ORDER BY ALL").rows()
+    assert len(found) >= 64 and found == expected
+    assert any(op is not None for _, _, op, _ in found)

@@ -89,15 +89,27 @@ host_ranges AS (
     FROM ranges r JOIN range_names n USING (name)
     WHERE r.kind IN ('cpu_op', 'user_annotation', 'nvtx') AND (n.kind IS NOT NULL OR n.backward)
 ),
+bucket AS (  -- a time bucket a quarter of the mean stretch between two host ranges' starts long, at least 1 us
+    SELECT CASE WHEN count(*) > 0 AND (max(end_ns) - min(start_ns)) // (4 * count(*)) > 1000
+                THEN (max(end_ns) - min(start_ns)) // (4 * count(*)) ELSE 1000 END AS ns
+    FROM host_ranges
+),
+bucketed AS (  -- each host range in every bucket it touches: about five buckets a range, times its nesting depth
+    SELECT h.*, unnest(range(h.start_ns // z.ns, h.end_ns // z.ns + 1)) AS b FROM host_ranges h, bucket z
+),
 enclosing AS (
+    -- the ranges around each launch, joined on the thread and the launch's bucket: a join on the thread alone
+    -- compared every launch with every range of its thread
     SELECT c.rank, c.kernel_id,
            arg_max(h.kind, (h.start_ns, -h.end_ns)) FILTER (WHERE h.kind IS NOT NULL) AS op_kind,
            arg_max(h.name, (h.start_ns, -h.end_ns)) FILTER (WHERE h.kind IS NOT NULL) AS host_op,
            arg_max(h.tensor_bytes, (h.start_ns, -h.end_ns)) FILTER (WHERE h.kind IS NOT NULL AND h.tensor_bytes IS NOT NULL)
                AS message_bytes,
            bool_or(h.backward) AS in_backward
-    FROM comm c JOIN host_ranges h
-      ON h.rank = c.rank AND h.pid = c.call_pid AND h.tid = c.call_tid AND h.start_ns <= c.call_ns AND h.end_ns >= c.call_ns
+    FROM comm c CROSS JOIN bucket z
+    JOIN bucketed h
+      ON h.rank = c.rank AND h.pid = c.call_pid AND h.tid = c.call_tid AND h.b = c.call_ns // z.ns
+     AND h.start_ns <= c.call_ns AND h.end_ns >= c.call_ns
     GROUP BY c.rank, c.kernel_id
 ),
 compute_cum AS (
