@@ -74,3 +74,33 @@ def test_exposed_islands_are_the_island_less_its_overlap_with_the_cover() -> Non
     assert {(d, s): sum(hi - lo for dd, ss, lo, hi, _ in rows if (dd, ss) == (d, s)) for d, s in busy} \
         == {key: len(ns) for key, ns in busy.items()}
     assert any(exposed == hi - lo for device, _, lo, hi, exposed in rows if device == 2)
+
+
+def test_a_bucket_is_a_quarter_of_the_mean_stretch_between_starts_and_at_least_a_microsecond() -> None:
+    """Four intervals over 80 ms: 5 ms buckets. Then a point join on (key, bucket), each interval listed in every
+    bucket it touches, finds exactly the pairs a join on the key alone finds."""
+    import random
+
+    from traceview.analysis.intervals import bucket_width_sql
+
+    con = duckdb.connect()
+    spans = "SELECT * FROM (VALUES (0, 10_000_000), (20_000_000, 30_000_000), (40_000_000, 45_000_000), " \
+            "(60_000_000, 80_000_000)) t(start_ns, end_ns)"
+    assert con.execute(bucket_width_sql(spans)).fetchall() == [(5_000_000,)]
+    assert con.execute(bucket_width_sql("SELECT 5 AS start_ns, 9 AS end_ns")).fetchall() == [(1_000,)]
+    assert con.execute(bucket_width_sql("SELECT 1 AS start_ns, 2 AS end_ns WHERE false")).fetchall() == [(1_000,)]
+    rng = random.Random(3)
+    con.execute("CREATE TABLE r AS SELECT * FROM (VALUES " + ", ".join(
+        f"({rng.randrange(2)}, {s}, {s + rng.choice((0, 500, 20_000, 400_000))})"
+        for s in (rng.randrange(0, 2_000_000) for _ in range(300))) + ") t(key, start_ns, end_ns)")
+    con.execute("CREATE TABLE p AS SELECT * FROM (VALUES " + ", ".join(
+        f"({rng.randrange(2)}, {rng.randrange(0, 2_500_000)})" for _ in range(200)) + ") t(key, t)")
+    joined = con.execute(f"""
+        WITH z AS ({bucket_width_sql('SELECT start_ns, end_ns FROM r')}),
+        b AS (SELECT r.*, unnest(range(r.start_ns // z.ns, r.end_ns // z.ns + 1)) AS b FROM r, z)
+        SELECT p.key, p.t, b.start_ns, b.end_ns FROM p CROSS JOIN z
+        JOIN b ON b.key = p.key AND b.b = p.t // z.ns AND b.start_ns <= p.t AND b.end_ns >= p.t
+        ORDER BY ALL""").fetchall()
+    plain = con.execute("""SELECT p.key, p.t, r.start_ns, r.end_ns FROM p JOIN r ON r.key = p.key
+                           AND r.start_ns <= p.t AND r.end_ns >= p.t ORDER BY ALL""").fetchall()
+    assert len(plain) > 20 and joined == plain

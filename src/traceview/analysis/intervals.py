@@ -137,6 +137,21 @@ def busy_before_sql(alias: str, point_sql: str) -> str:
             f"(CASE WHEN {point_sql} < {alias_sql}.hi THEN {point_sql} ELSE {alias_sql}.hi END) - {alias_sql}.lo END")
 
 
+def bucket_width_sql(source_sql: str) -> str:
+    """SQL yielding one row, `ns`: a time bucket a quarter of the mean stretch between two starts of `source`'s
+    intervals (start_ns, end_ns) long, at least 1 us (1,000 ns when it has none).
+
+    A hash join on (key, bucket) finds the intervals of a key that hold a point, or the points in an interval,
+    where a join on the key alone compares every pair: each interval is listed in the buckets it touches (about
+    five, times its nesting depth), each point in its own bucket, and the comparison keeps the true pairs.
+    """
+    return f"""
+        SELECT CASE WHEN count(*) > 0 AND (max(end_ns) - min(start_ns)) // (4 * count(*)) > 1000
+                    THEN (max(end_ns) - min(start_ns)) // (4 * count(*)) ELSE 1000 END AS ns
+        FROM ({source_sql})
+    """
+
+
 def exposed_islands_sql(source_sql: str, keys: tuple[str, ...], cover_sql: str, cover_keys: tuple[str, ...]) -> str:
     """SQL yielding (keys..., lo, hi, exposed_ns): the busy islands of `source` per key, each with the part of it
     that no interval of `cover` overlaps (cover's islands per `cover_keys`, leading names of `keys`): the island's

@@ -62,6 +62,7 @@ MACROS: dict[str, tuple[Callable[..., str], tuple[str, ...]]] = {
     "time_before": (intervals.time_before_sql, ("relation", "keys")),
     "busy_before": (intervals.busy_before_sql, ("expression", "expression")),
     "exposed_islands": (intervals.exposed_islands_sql, ("relation", "keys", "relation", "keys")),
+    "bucket_width": (intervals.bucket_width_sql, ("relation",)),
 }
 
 

@@ -89,11 +89,7 @@ host_ranges AS (
     FROM ranges r JOIN range_names n USING (name)
     WHERE r.kind IN ('cpu_op', 'user_annotation', 'nvtx') AND (n.kind IS NOT NULL OR n.backward)
 ),
-bucket AS (  -- a time bucket a quarter of the mean stretch between two host ranges' starts long, at least 1 us
-    SELECT CASE WHEN count(*) > 0 AND (max(end_ns) - min(start_ns)) // (4 * count(*)) > 1000
-                THEN (max(end_ns) - min(start_ns)) // (4 * count(*)) ELSE 1000 END AS ns
-    FROM host_ranges
-),
+bucket AS (bucket_width!((SELECT start_ns, end_ns FROM host_ranges))),
 bucketed AS (  -- each host range in every bucket it touches: about five buckets a range, times its nesting depth
     SELECT h.*, unnest(range(h.start_ns // z.ns, h.end_ns // z.ns + 1)) AS b FROM host_ranges h, bucket z
 ),

@@ -85,11 +85,7 @@ WITH r AS (
     WHERE kind IN ('cpu_op', 'python_function', 'nvtx', 'user_annotation')
       AND (rank, pid) IN (SELECT rank, pid FROM _windows)
 ),
-bucket AS (  -- a time bucket a quarter of the mean stretch between two window starts long, at least 1 us
-    SELECT CASE WHEN (max(end_ns) - min(start_ns)) // (4 * count(*)) > 1000
-                THEN (max(end_ns) - min(start_ns)) // (4 * count(*)) ELSE 1000 END AS ns
-    FROM _windows
-),
+bucket AS (bucket_width!((SELECT start_ns, end_ns FROM _windows))),
 openers AS (
     -- the ranges that can be open at a window's start: those spanning two buckets or starting in a bucket where a
     -- window starts. Most ranges are short Python frames in buckets no window starts in (10x vLLM trace: 127 k of
