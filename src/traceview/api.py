@@ -142,14 +142,10 @@ def connect(memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory database that spills to a private temporary directory past `memory_limit`
     (else $TRACEVIEW_MEMORY_LIMIT, else DuckDB's default until `load` sizes it: traceview.memory).
 
-    DuckDB's progress bar is off: it would write to stdout and corrupt JSON output. An ASOF join is never run
-    as a nested loop: DuckDB picks the loop when it estimates the left side under 64 rows, and its estimates
-    can be far off (the step budget's 200 GPU-span ends on the 10x vLLM trace, estimated at 17, met 68 k
-    gaps in 13.5 M joined rows: 0.57 s, against 0.31 s sorted). The setting is global, so every cursor has it.
+    DuckDB's progress bar is off: it would write to stdout and corrupt JSON output.
     """
     con = duckdb.connect()
     con.execute("SET enable_progress_bar = false")
-    con.execute("SET GLOBAL asof_loop_join_threshold = 0")
     con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/traceview-spill-{os.getpid()}'")
     limit = _user_limit(memory_limit)
     if limit:

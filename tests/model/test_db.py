@@ -51,17 +51,3 @@ def test_two_row_groups_of_device_rows_per_core_run_one_statement_but_two_stages
     con.execute("DELETE FROM kernels WHERE kernel_id >= 100")  # a small trace under the same limit
     assert db.side_by_side(con) == all_cores
 
-
-def test_an_asof_join_runs_sorted_even_where_duckdb_estimates_its_left_side_tiny() -> None:
-    """DuckDB runs an ASOF join whose left side it estimates under 64 rows as a nested loop, and its estimates
-    can be far off: every cursor of a traceview connection gets the sorted join."""
-    query = """EXPLAIN SELECT * FROM (SELECT 1 AS rank, 5 AS t) w
-               ASOF LEFT JOIN (SELECT 1 AS rank, range AS t FROM range(1000)) g ON g.rank = w.rank AND g.t <= w.t"""
-    plain = duckdb.connect().execute(query).fetchall()[0][1]
-    assert "Asof Join" not in plain  # DuckDB's own choice: a loop
-    con = traceview.api.connect()
-    try:
-        plan = con.cursor().execute(query).fetchall()[0][1]
-    finally:
-        con.close()
-    assert "Asof Join" in plan and "Nested Loop" not in plan
