@@ -36,7 +36,7 @@
 --   end_ns: end
 --   dur_ns: end_ns - start_ns
 CREATE OR REPLACE TABLE init_windows AS
-WITH families AS (  -- the regexes run once per distinct API name
+WITH families AS MATERIALIZED (  -- the regexes run once per distinct API name (stored: the planner moved them onto every call)
     SELECT name, CASE WHEN regexp_matches(name, $family_module_load) THEN 'module_load'
                       WHEN regexp_matches(name, $family_graph_capture) THEN 'graph_capture'
                       WHEN regexp_matches(name, $family_allocation) THEN 'allocation'

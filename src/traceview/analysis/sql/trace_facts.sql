@@ -39,9 +39,14 @@ device_vendors AS (
     FROM devices d SEMI JOIN used_devices u USING (rank, device_id)
     LEFT JOIN gpu_specs g USING (spec_id)
 ),
+api_names AS MATERIALIZED (  -- counted per name first, so the grammar runs once a name (stored: the planner
+    -- moves a filter on a grouping column below the grouping, onto every call)
+    SELECT rank, name, count(*) AS calls FROM api_calls GROUP BY rank, name
+),
 api_vendors AS (
-    SELECT rank, CASE WHEN regexp_matches(name, '^hip') THEN 'amd' ELSE 'nvidia' END AS vendor, count(*) AS calls
-    FROM api_calls WHERE regexp_matches(name, '^(cuda|cu[A-Z]|hip)')
+    SELECT rank, CASE WHEN regexp_matches(name, '^hip') THEN 'amd' ELSE 'nvidia' END AS vendor,
+           sum(calls)::BIGINT AS calls
+    FROM api_names WHERE regexp_matches(name, '^(cuda|cu[A-Z]|hip)')
     GROUP BY ALL
 ),
 vendors AS (
