@@ -233,21 +233,16 @@ pieces AS (
     UNION ALL
     SELECT rank, step_id, ptype, id, gap_kind, gap_lo_ns, own_lo_ns FROM bounds
 ),
-numbered AS (
-    -- the segments of a step tile its path, so no two start together: numbered in one sorted order by a
-    -- streaming window (an empty OVER keeps the rows' order), less the number of the step's first; a window
-    -- partitioned by step sorted the names along (10x vLLM trace: 0.26 s for 265 k segments)
-    SELECT *, row_number() OVER () AS n
-    FROM (SELECT * FROM pieces WHERE end_ns > start_ns ORDER BY rank, step_id, start_ns)
-),
-firsts AS (SELECT rank, step_id, min(n) AS first_n FROM numbered GROUP BY rank, step_id)
-SELECT p.rank, p.step_id, (p.n - f.first_n)::BIGINT AS seq,
+numbered AS (  -- numbered before the names join, so the window sorts no strings
+    SELECT *, (row_number() OVER (PARTITION BY rank, step_id ORDER BY start_ns) - 1)::BIGINT AS seq
+    FROM pieces WHERE end_ns > start_ns
+)
+SELECT p.rank, p.step_id, p.seq,
        p.kind, CASE WHEN p.ptype = 0 THEN 'kernel' WHEN p.ptype = 1 THEN 'memop' ELSE 'call' END AS node,
        p.id AS node_id,
        CASE WHEN p.ptype = 0 THEN coalesce(k.short_name, k.name) WHEN p.ptype = 1 THEN m.name ELSE c.name END AS name,
        p.start_ns, p.end_ns, p.end_ns - p.start_ns AS dur_ns
 FROM numbered p
-JOIN firsts f ON f.rank = p.rank AND f.step_id = p.step_id
 LEFT JOIN kernels k ON p.ptype = 0 AND k.rank = p.rank AND k.kernel_id = p.id
 LEFT JOIN memops m ON p.ptype = 1 AND m.rank = p.rank AND m.memop_id = p.id
 LEFT JOIN api_calls c ON p.ptype >= 2 AND c.rank = p.rank AND c.call_id = p.id
