@@ -416,3 +416,38 @@ def test_a_copy_only_burst_belongs_to_the_gap_window() -> None:
     assert mock.sql("SELECT DISTINCT step_id FROM memops").rows() == [(0,)]
     assert "3 GPU bursts between idle gaps" in mock.scalar(
         "SELECT message FROM diagnostics WHERE code = 'gap_steps_not_repeating'")
+
+
+def test_a_window_nested_in_another_of_its_thread_is_dropped_as_a_pairwise_check_drops_it() -> None:
+    """step_work.sql's nested-window pass, joined on the thread and a time bucket, against every pair checked in
+    Python: windows on three threads, nested, identical (kept both unless a third holds them) and of one interval
+    under two names (the later name is dropped)."""
+    import random
+
+    import duckdb
+
+    from traceview.analysis import sql_module
+
+    statements = [s.sql for s in sql_module.load("step_work").sections["work"] if "_nested_windows" in s.sql]
+    rng = random.Random(5)
+    rows = [(0, 1, i % 3, i * 1_000_000, i * 1_000_000 + 900_000, "execute_model") for i in range(500)]
+    for _ in range(200):
+        start = rng.randrange(0, 500_000_000)
+        rows.append((0, 1, rng.randrange(3), start, start + rng.choice((0, 1_000, 900_000, 3_000_000)),
+                     rng.choice(("a", "execute_model", "z"))))
+    rows += [(0, 1, 0, 0, 900_000, "a"), (0, 1, 0, 0, 900_000, "a"), (0, 1, 1, 10, 20, "b"), (0, 1, 1, 10, 20, "b")]
+    con = duckdb.connect()
+    con.execute("CREATE TABLE _step_windows (rank INTEGER, pid BIGINT, tid BIGINT, start_ns BIGINT, end_ns BIGINT, "
+                "name VARCHAR)")
+    con.executemany("INSERT INTO _step_windows VALUES (?, ?, ?, ?, ?, ?)", rows)
+    for statement in statements:
+        con.execute(statement)
+
+    def nested(w: tuple, o: tuple) -> bool:
+        return (o[:3] == w[:3] and o[3] <= w[3] and o[4] >= w[4]
+                and (o[3] < w[3] or o[4] > w[4] or o[5] < w[5]))
+
+    kept = sorted(w for w in rows if not any(nested(w, o) for o in rows))
+    assert sorted(con.execute("SELECT * FROM _step_windows").fetchall()) == kept
+    assert len(statements) == 3 and 500 < len(kept) < len(rows)
+    assert kept.count((0, 1, 1, 10, 20, "b")) == 2

@@ -176,14 +176,26 @@ SELECT n.rank, n.pid, n.tid, n.lo, coalesce(n.next_lo, l.hi), n.name, 'training_
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM named n LEFT JOIN last_ends l USING (rank, pid, tid);
 
--- Drop windows nested in another window of the same thread (a step annotated twice).
-DELETE FROM _step_windows w
-WHERE EXISTS (
-    SELECT 1 FROM _step_windows o
-    WHERE o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid
-      AND o.start_ns <= w.start_ns AND o.end_ns >= w.end_ns
-      AND (o.start_ns < w.start_ns OR o.end_ns > w.end_ns OR o.name < w.name)
-);
+-- Drop windows nested in another window of the same thread (a step annotated twice). A window holding another
+-- holds its start, so each window is listed in the time buckets it touches and meets, by a hash join on the
+-- thread and the bucket, only the windows starting in them: a join on the thread alone compared every pair
+-- (50 k windows of one thread: 5.3 s)
+CREATE OR REPLACE TEMP TABLE _nested_windows AS
+WITH z AS (bucket_width!((SELECT start_ns, end_ns FROM _step_windows))),
+listed AS (
+    SELECT o.*, unnest(range(o.start_ns // z.ns, o.end_ns // z.ns + 1)) AS b FROM _step_windows o, z
+)
+SELECT DISTINCT w.rank, w.pid, w.tid, w.start_ns, w.end_ns, w.name
+FROM (SELECT w.*, w.start_ns // z.ns AS b FROM _step_windows w, z) w
+JOIN listed o ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.b = w.b
+WHERE o.start_ns <= w.start_ns AND o.end_ns >= w.end_ns
+  AND (o.start_ns < w.start_ns OR o.end_ns > w.end_ns OR o.name < w.name);
+
+DELETE FROM _step_windows w USING _nested_windows n
+WHERE w.rank = n.rank AND w.pid = n.pid AND w.tid = n.tid AND w.start_ns = n.start_ns AND w.end_ns = n.end_ns
+  AND w.name IS NOT DISTINCT FROM n.name;
+
+DROP TABLE _nested_windows;
 
 -- Fallback: a step is a burst of GPU work ended by an idle gap longer than $gap ns, with that gap, but only on
 -- a rank whose bursts repeat a kernel pattern; elsewhere the rank's GPU work is one window. A burst's pattern is
