@@ -217,6 +217,17 @@ def test_the_step_budget_adds_up_to_every_step_and_the_trace_span(trace) -> None
         """) == []
 
 
+def test_each_piece_of_the_timeline_belongs_to_the_latest_starting_step_over_it(trace) -> None:
+    """step_windows gives each piece the step a plain range join finds: of the steps whose window holds the piece's
+    start, the latest-starting (the lower id of equals); none outside every step."""
+    assert violations(trace, """
+        SELECT w.rank, w.start_ns, w.step_id, arg_max(s.step_id, (s.start_ns, -s.step_id)) AS expected
+        FROM step_windows w LEFT JOIN steps s ON s.rank = w.rank AND s.start_ns <= w.start_ns AND s.end_ns > w.start_ns
+        GROUP BY w.rank, w.start_ns, w.step_id
+        HAVING w.step_id IS DISTINCT FROM arg_max(s.step_id, (s.start_ns, -s.step_id))
+        """) == []
+
+
 def test_savings_never_exceed_the_time_they_come_from(trace) -> None:
     """Every priced finding of the report says where its saving lies, and no step is promised more than it lasted."""
     _, document = reported(trace.source)

@@ -29,10 +29,15 @@ bounds AS (
     UNION SELECT rank, start_ns FROM spans UNION SELECT rank, end_ns FROM spans
 ),
 segments AS (SELECT rank, t AS lo, lead(t) OVER (PARTITION BY rank ORDER BY t) AS hi FROM bounds),
+z AS (bucket_width!((SELECT start_ns, end_ns FROM steps))),
+listed AS (  -- each step in the time buckets it covers, so a piece meets only the steps of its own bucket
+    SELECT t.rank, t.step_id, t.start_ns, t.end_ns, unnest(range(t.start_ns // z.ns, (t.end_ns - 1) // z.ns + 1)) AS b
+    FROM steps t, z
+),
 pieces AS (
     SELECT g.rank, arg_max(t.step_id, (t.start_ns, -t.step_id)) AS step_id, g.lo AS start_ns, g.hi AS end_ns
-    FROM segments g
-    LEFT JOIN steps t ON t.rank = g.rank AND t.start_ns <= g.lo AND t.end_ns > g.lo
+    FROM (SELECT g.*, g.lo // z.ns AS b FROM segments g, z) g
+    LEFT JOIN listed t ON t.rank = g.rank AND t.b = g.b AND t.start_ns <= g.lo AND t.end_ns > g.lo
     WHERE g.hi > g.lo
     GROUP BY g.rank, g.lo, g.hi
 ),
