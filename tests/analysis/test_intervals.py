@@ -78,10 +78,10 @@ def test_exposed_islands_are_the_island_less_its_overlap_with_the_cover() -> Non
 
 def test_a_bucket_is_a_quarter_of_the_mean_stretch_between_starts_and_at_least_a_microsecond() -> None:
     """Four intervals over 80 ms: 5 ms buckets. Then a point join on (key, bucket), each interval listed in every
-    bucket it touches, finds exactly the pairs a join on the key alone finds."""
+    bucket it touches (in_buckets_sql), finds exactly the pairs a join on the key alone finds."""
     import random
 
-    from traceview.analysis.intervals import bucket_width_sql
+    from traceview.analysis.intervals import bucket_width_sql, in_buckets_sql
 
     con = duckdb.connect()
     spans = "SELECT * FROM (VALUES (0, 10_000_000), (20_000_000, 30_000_000), (40_000_000, 45_000_000), " \
@@ -97,7 +97,7 @@ def test_a_bucket_is_a_quarter_of_the_mean_stretch_between_starts_and_at_least_a
         f"({rng.randrange(2)}, {rng.randrange(0, 2_500_000)})" for _ in range(200)) + ") t(key, t)")
     joined = con.execute(f"""
         WITH z AS ({bucket_width_sql('SELECT start_ns, end_ns FROM r')}),
-        b AS (SELECT r.*, unnest(range(r.start_ns // z.ns, r.end_ns // z.ns + 1)) AS b FROM r, z)
+        b AS ({in_buckets_sql('SELECT * FROM r', 'SELECT ns FROM z')})
         SELECT p.key, p.t, b.start_ns, b.end_ns FROM p CROSS JOIN z
         JOIN b ON b.key = p.key AND b.b = p.t // z.ns AND b.start_ns <= p.t AND b.end_ns >= p.t
         ORDER BY ALL""").fetchall()

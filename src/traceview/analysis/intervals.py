@@ -152,6 +152,16 @@ def bucket_width_sql(source_sql: str) -> str:
     """
 
 
+def in_buckets_sql(source_sql: str, width_sql: str) -> str:
+    """`source`'s rows (with start_ns and end_ns), each once for every bucket of `width` (a one-row relation with
+    `ns`, as bucket_width_sql yields) that its [start_ns, end_ns] touches, the bucket's number as `b`: the side of a
+    (key, bucket) hash join that holds the intervals, whose other side is each point's `point // ns`."""
+    return f"""
+        SELECT s.*, unnest(range(s.start_ns // w.ns, s.end_ns // w.ns + 1)) AS b
+        FROM ({source_sql}) s, ({width_sql}) w
+    """
+
+
 def exposed_islands_sql(source_sql: str, keys: tuple[str, ...], cover_sql: str, cover_keys: tuple[str, ...]) -> str:
     """SQL yielding (keys..., lo, hi, exposed_ns): the busy islands of `source` per key, each with the part of it
     that no interval of `cover` overlaps (cover's islands per `cover_keys`, leading names of `keys`): the island's

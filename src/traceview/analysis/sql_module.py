@@ -63,6 +63,7 @@ MACROS: dict[str, tuple[Callable[..., str], tuple[str, ...]]] = {
     "busy_before": (intervals.busy_before_sql, ("expression", "expression")),
     "exposed_islands": (intervals.exposed_islands_sql, ("relation", "keys", "relation", "keys")),
     "bucket_width": (intervals.bucket_width_sql, ("relation",)),
+    "in_buckets": (intervals.in_buckets_sql, ("relation", "relation")),
 }
 
 

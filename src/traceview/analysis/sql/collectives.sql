@@ -91,7 +91,7 @@ host_ranges AS (
 ),
 bucket AS (bucket_width!((SELECT start_ns, end_ns FROM host_ranges))),
 bucketed AS (  -- each host range in every bucket it touches: about five buckets a range, times its nesting depth
-    SELECT h.*, unnest(range(h.start_ns // z.ns, h.end_ns // z.ns + 1)) AS b FROM host_ranges h, bucket z
+    in_buckets!((SELECT * FROM host_ranges), (SELECT ns FROM bucket))
 ),
 enclosing AS (
     -- the ranges around each launch, joined on the thread and the launch's bucket: a join on the thread alone

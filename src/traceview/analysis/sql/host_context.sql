@@ -108,9 +108,10 @@ open_at_start AS (
 lane_buckets AS (
     -- the buckets each lane's windows touch (a call's lane is its thread's): windows of one lane do not overlap,
     -- so a lane touches at most its windows plus four buckets a window stretch
-    SELECT DISTINCT w.rank, w.pid, w.lane, CASE WHEN w.lane = 'call' THEN w.tid END AS tid,
-           unnest(range(w.start_ns // z.ns, (w.end_ns - 1) // z.ns + 1)) AS b
-    FROM _windows w, bucket z
+    SELECT DISTINCT rank, pid, lane, tid, b FROM (
+        in_buckets!((SELECT rank, pid, lane, CASE WHEN lane = 'call' THEN tid END AS tid, start_ns, end_ns
+                     FROM _windows), (SELECT ns FROM bucket))
+    )
 ),
 starters AS (  -- each range with every lane whose windows touch the bucket it starts in
     SELECT x.*, t.lane

@@ -31,8 +31,7 @@ bounds AS (
 segments AS (SELECT rank, t AS lo, lead(t) OVER (PARTITION BY rank ORDER BY t) AS hi FROM bounds),
 z AS (bucket_width!((SELECT start_ns, end_ns FROM steps))),
 listed AS (  -- each step in the time buckets it covers, so a piece meets only the steps of its own bucket
-    SELECT t.rank, t.step_id, t.start_ns, t.end_ns, unnest(range(t.start_ns // z.ns, (t.end_ns - 1) // z.ns + 1)) AS b
-    FROM steps t, z
+    in_buckets!((SELECT rank, step_id, start_ns, end_ns FROM steps), (SELECT ns FROM z))
 ),
 pieces AS (
     SELECT g.rank, arg_max(t.step_id, (t.start_ns, -t.step_id)) AS step_id, g.lo AS start_ns, g.hi AS end_ns

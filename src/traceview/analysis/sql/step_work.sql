@@ -182,9 +182,7 @@ FROM named n LEFT JOIN last_ends l USING (rank, pid, tid);
 -- (50 k windows of one thread: 5.3 s)
 CREATE OR REPLACE TEMP TABLE _nested_windows AS
 WITH z AS (bucket_width!((SELECT start_ns, end_ns FROM _step_windows))),
-listed AS (
-    SELECT o.*, unnest(range(o.start_ns // z.ns, o.end_ns // z.ns + 1)) AS b FROM _step_windows o, z
-)
+listed AS (in_buckets!((SELECT * FROM _step_windows), (SELECT ns FROM z)))
 SELECT DISTINCT w.rank, w.pid, w.tid, w.start_ns, w.end_ns, w.name
 FROM (SELECT w.*, w.start_ns // z.ns AS b FROM _step_windows w, z) w
 JOIN listed o ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.b = w.b

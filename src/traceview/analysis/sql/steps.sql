@@ -121,8 +121,7 @@ z AS (bucket_width!((SELECT start_ns, end_ns FROM step_work_windows))),
 shapes AS (  -- the shaped ops starting in each window, joined on the thread and a time bucket (each window listed in
     -- the buckets it covers), not on the thread alone, which compared every window with every op of its thread
     SELECT w.rank, w.step_id, min(o.seq_len) AS min_seq_len, max(o.seq_len) AS max_seq_len
-    FROM (SELECT w.*, unnest(range(w.start_ns // z.ns, (w.end_ns - 1) // z.ns + 1)) AS b
-          FROM step_work_windows w, z) w
+    FROM (in_buckets!((SELECT * FROM step_work_windows), (SELECT ns FROM z))) w
     JOIN (SELECT o.*, o.start_ns // z.ns AS b FROM op_costs o, z WHERE o.seq_len IS NOT NULL) o
       ON o.rank = w.rank AND o.pid = w.pid AND o.tid = w.tid AND o.b = w.b
      AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns
