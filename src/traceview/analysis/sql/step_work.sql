@@ -72,6 +72,14 @@ FROM ranges
 WHERE kind <> 'gpu_user_annotation' AND regexp_matches(name, $regex)
   AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
 
+-- section: annotated_ranks
+-- The ranks with annotation ranges ($annotation_kinds): the only ranks a grammar can give windows
+SELECT DISTINCT rank FROM ranges WHERE list_contains($annotation_kinds, kind);
+
+-- section: windowed_ranks
+-- The ranks that have windows so far: a grammar reads only the others
+SELECT DISTINCT rank FROM _step_windows;
+
 -- section: grammar
 -- One grammar ($pattern, $groups, $grammar, $confidence; its modes in `_modes`): windows from the annotation
 -- ranges matching it, on ranks that have none yet ...
