@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 import traceview
 from commands import traceview_cli
-from conftest import SHARED_TRACES, analysed, requires_shared
+from conftest import REPO, SHARED_TRACES, analysed, requires_shared
 from traceview.errors import TraceviewError
 from traceview.rules import RuleConfig, check, find_config, load_config, load_rule, load_rules, with_flags
 from traceview.rules.engine import format_message
@@ -68,6 +69,33 @@ def test_team_rule_directory_is_picked_up(tmp_path: Path, serving: traceview.Tra
     assert [f.message for f in result.findings] == ["2480 kernels (budget 100)"]
     quiet = check(serving.con, rules, RuleConfig(select=("ACME",), params={"ACME001.budget": 5000}))
     assert not quiet.findings and quiet.rules_run == ("ACME001",)
+
+
+def _doc_rules(doc: str) -> list[tuple[str, str]]:
+    """Each TOML block of docs/DOC that is a rule (it has an `id`), with the file name the text before it gives
+    (`<ID>-<name>.toml`), else ACME001.toml."""
+    text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+    blocks = []
+    for before, block in re.findall(r"([^\n]*)\n```toml\n(.*?)```", text, flags=re.S):
+        if re.search(r"^id = ", block, flags=re.M):
+            named = re.search(r"([A-Z]+[0-9]+-[a-z0-9-]+\.toml)", before)
+            blocks.append((named.group(1) if named else "ACME001.toml", block))
+    return blocks
+
+
+def test_the_docs_rule_examples_load_and_run(tmp_path: Path, serving: traceview.Trace) -> None:
+    """A reader copies these: each must load under the file name the doc gives it, and run."""
+    examples = {doc: _doc_rules(doc) for doc in ("rule-format.md", "ci.md")}
+    assert [len(found) for found in examples.values()] == [1, 1]
+    for doc, ((file_name, block),) in examples.items():
+        folder = tmp_path / doc
+        folder.mkdir()
+        (folder / file_name).write_text(block)
+        rules = load_rules((folder,))
+        result = check(serving.con, rules, RuleConfig(select=("ACME",)))
+        assert result.rules_run == ("ACME001",), doc
+        if doc == "rule-format.md":
+            assert [f.message for f in result.findings] == ["2480 kernels (budget 100)"]
 
 
 @pytest.mark.parametrize(
