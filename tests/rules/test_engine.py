@@ -14,7 +14,7 @@ from commands import traceview_cli
 from conftest import REPO, SHARED_TRACES, analysed, requires_shared
 from traceview.errors import TraceviewError
 from traceview.rules import RuleConfig, check, find_config, load_config, load_rule, load_rules, with_flags
-from traceview.rules.engine import format_message
+from traceview.rules.engine import format_message, missing_requirements
 from traceview.rules.loader import message_parts
 from traceview.rules.loader import builtin_rules_dir
 from traceview.testing import llm_serving_spec, write_kineto
@@ -69,6 +69,22 @@ def test_team_rule_directory_is_picked_up(tmp_path: Path, serving: traceview.Tra
     assert [f.message for f in result.findings] == ["2480 kernels (budget 100)"]
     quiet = check(serving.con, rules, RuleConfig(select=("ACME",), params={"ACME001.budget": 5000}))
     assert not quiet.findings and quiet.rules_run == ("ACME001",)
+
+
+def test_each_requirement_is_met_or_says_why(serving: traceview.Trace) -> None:
+    """One query counts every table and column the rules need; each answer is the one a count of its own gives."""
+    asked = ["kernels", "kernels.category", "collective_waits", "steps.prefill_context_tokens", "kernels.colour",
+             "colours", "kernels"]
+    assert missing_requirements(serving.con, asked) == {
+        "kernels": None,
+        "kernels.category": None,
+        "collective_waits": "no rows in collective_waits",
+        "steps.prefill_context_tokens": "no steps.prefill_context_tokens values in this trace",
+        "kernels.colour": "kernels.colour is not computed for this trace",
+        "colours": "table colours is not in the database",
+    }
+    assert serving.scalar("SELECT count(*) FROM collective_waits") == 0
+    assert serving.scalar("SELECT count(prefill_context_tokens) FROM steps") == 0
 
 
 def _doc_rules(doc: str) -> list[tuple[str, str]]:

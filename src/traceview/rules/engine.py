@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -144,19 +145,27 @@ def format_message(template: str, values: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def missing_requirement(con: duckdb.DuckDBPyConnection, requirement: str) -> str | None:
-    """Why a requirement is not met in this trace, or None when it is."""
-    table, _, column = requirement.partition(".")
-    if not db.has_table(con, table):
-        return f"table {table} is not in the database"
-    if column:
-        if not db.has_column(con, table, column):
-            return f"{table}.{column} is not computed for this trace"
-        if not con.execute(f'SELECT count("{db.ident(column)}") FROM "{db.ident(table)}"').fetchall()[0][0]:
-            return f"no {table}.{column} values in this trace"
-    elif not con.execute(f'SELECT count(*) FROM "{db.ident(table)}"').fetchall()[0][0]:
-        return f"no rows in {table}"
-    return None
+def missing_requirements(con: duckdb.DuckDBPyConnection, requirements: Iterable[str]) -> dict[str, str | None]:
+    """Why each requirement is not met in this trace (None: met). The rows and values of every table and column
+    are counted in one query: one count each took the sample 25 ms before its first rule ran."""
+    reasons: dict[str, str | None] = {}
+    counts: dict[str, str] = {}  # requirement -> its count, a scalar subquery
+    for requirement in dict.fromkeys(requirements):
+        table, _, column = requirement.partition(".")
+        if not db.has_table(con, table):
+            reasons[requirement] = f"table {table} is not in the database"
+        elif column and not db.has_column(con, table, column):
+            reasons[requirement] = f"{table}.{column} is not computed for this trace"
+        else:
+            counted = f'"{db.ident(column)}"' if column else "*"
+            counts[requirement] = f'(SELECT count({counted}) FROM "{db.ident(table)}")'
+    if counts:
+        found = con.execute(f"SELECT {', '.join(counts.values())}").fetchall()[0]
+        for requirement, rows in zip(counts, found, strict=True):
+            table, _, column = requirement.partition(".")
+            reasons[requirement] = None if rows else (
+                f"no {table}.{column} values in this trace" if column else f"no rows in {table}")
+    return reasons
 
 
 def _rank_spans(con: duckdb.DuckDBPyConnection) -> dict[int, int]:
@@ -323,10 +332,10 @@ def check(con: duckdb.DuckDBPyConnection, rules: list[Rule], config: RuleConfig,
     skipped: list[Skipped] = []
     run: list[str] = []
     runnable = []
-    for rule in rules:
-        if not config.selects(rule):
-            continue
-        reasons = [r for r in (missing_requirement(con, req) for req in rule.requires) if r]
+    selected = [rule for rule in rules if config.selects(rule)]
+    missing = missing_requirements(con, (requirement for rule in selected for requirement in rule.requires))
+    for rule in selected:
+        reasons = [missing[requirement] for requirement in rule.requires if missing[requirement]]
         if reasons:
             skipped.append(Skipped(rule.id, rule.title, "; ".join(reasons)))
         else:
