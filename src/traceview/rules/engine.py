@@ -157,10 +157,11 @@ def missing_requirements(con: duckdb.DuckDBPyConnection, requirements: Iterable[
         elif column and not db.has_column(con, table, column):
             reasons[requirement] = f"{table}.{column} is not computed for this trace"
         else:
-            counted = f'"{db.ident(column)}"' if column else "*"
-            counts[requirement] = f'(SELECT count({counted}) FROM "{db.ident(table)}")'
+            counted_sql = f'"{db.ident(column)}"' if column else "*"
+            counts[requirement] = f'(SELECT count({counted_sql}) FROM "{db.ident(table)}")'
     if counts:
-        found = con.execute(f"SELECT {', '.join(counts.values())}").fetchall()[0]
+        counts_sql = ", ".join(counts.values())
+        found = con.execute(f"SELECT {counts_sql}").fetchall()[0]
         for requirement, rows in zip(counts, found, strict=True):
             table, _, column = requirement.partition(".")
             reasons[requirement] = None if rows else (
