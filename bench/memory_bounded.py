@@ -31,7 +31,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from before_after import add_trees, emit, large_inputs, log, run, traceview, trees_of  # noqa: E402
+from before_after import add_trees, emit, in_turns, large_inputs, log, run, traceview, trees_of  # noqa: E402
 
 MIB = 1 << 20
 LIMITS = {"kineto 10x": 400 * MIB, "nsys 2M": 1024 * MIB}
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---:|---|---:|---|---:|---:|---:|"]
     for attempt in range(args.repeat):
         for case in cases:
-            for tree, pythonpath in trees:
+            for tree, pythonpath in in_turns(trees, attempt):
                 log(f"{case} in {LIMITS[case] // MIB} MiB, {tree}, run {attempt + 1}")
                 result = bounded(traceview("report", inputs[case], "--format", "html,json", "-o", out / f"{tree}.html"),
                                  pythonpath, LIMITS[case], f"traceview-bench-{os.getpid()}")

@@ -12,8 +12,8 @@ taken in turns in the same run, or a median of interleaved runs, never a number 
 - sample trace: `traceview report` (html, md, json), `--sample-repeat` times (target: median at most 0.7 s on a quiet
   machine, 1.0 s on a busy one).
 
-With several `--tree NAME=PYTHONPATH` (as bench/before_after.py takes them), every run takes each tree in turn, so
-the trees' columns are measured in the same conditions.
+With several `--tree NAME=PYTHONPATH` (as bench/before_after.py takes them), every run takes each tree in turn, the
+order reversed every other run, so the trees' columns are measured in the same conditions.
 
     .venv/bin/python bench/ratios.py --tree now=src --output /tmp/ratios.md
     .venv/bin/python bench/ratios.py --tree before=/tmp/before_data:/tmp/before/src --tree after=src --repeat 3
@@ -30,7 +30,7 @@ from pathlib import Path
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 import compare  # noqa: E402 - HTA's child script and its trace directory
-from before_after import SAMPLE, add_trees, emit, large_inputs, log, run, traceview, trees_of  # noqa: E402
+from before_after import SAMPLE, add_trees, emit, in_turns, large_inputs, log, run, traceview, trees_of  # noqa: E402
 
 TARGETS = {"kineto 10x": 1.4, "nsys 2M": 1.6}
 HTA_SPEEDUP = 5.0
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[tuple[str, str, str], list[dict]] = {}
     for attempt in range(args.repeat):
         for case, trace in inputs.items():
-            for tree, pythonpath in trees:
+            for tree, pythonpath in in_turns(trees, attempt):
                 for step, argv_ in (("ingest", ("ingest", trace, "-o", out / f"{tree}.duckdb")),
                                     ("report", ("report", trace, "--format", "html,json", "-o", out / f"{tree}.html"))):
                     log(f"{case} {step}, {tree}, run {attempt + 1}")
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             hta.append(run([str(args.hta_python), "-c", compare.HTA_CHILD,
                             str(compare.hta_dir(args.workdir, inputs["kineto 10x"]))], None, timeout=1800))
     for attempt in range(args.sample_repeat):
-        for tree, pythonpath in trees:
+        for tree, pythonpath in in_turns(trees, attempt):
             runs.setdefault(("sample", "report", tree), []).append(
                 run(traceview("report", SAMPLE, "-o", out / f"{tree}-sample.html"), pythonpath))
 
