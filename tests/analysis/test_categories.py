@@ -191,6 +191,19 @@ def test_bad_rule_names_file_and_entry(tmp_path, entry, message) -> None:
     assert str(path) in str(err.value) and "[[category]] entry 1" in str(err.value) and message in str(err.value)
 
 
+def test_a_bad_pattern_is_named_on_the_traces_connection_too_and_every_time(tmp_path) -> None:
+    """The stage compiles the patterns on a cursor of the trace's database (no scratch database to open); a
+    file version that failed is not remembered as compiled."""
+    path = tmp_path / "rules.toml"
+    path.write_text("[[category]]\nname = 'gemm'\nfield = 'name'\npattern = '(?i)gemm('\n"
+                    "[[dtype]]\nname = 'bf16'\nfield = 'name'\npattern = 'bf16'\n")
+    con = duckdb.connect()
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"\[\[category\]\] entry 0: bad pattern"):
+            load_patterns(path, con)
+    assert con.execute("SELECT 1").fetchall() == [(1,)]  # the failed check left the connection usable
+
+
 def test_custom_patterns_file_drives_the_labels(tmp_path) -> None:
     path = tmp_path / "rules.toml"
     path.write_text("[[category]]\nname = 'gemm'\nfield = 'short_name'\npattern = '^my_mm$'\n"
