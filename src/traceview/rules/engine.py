@@ -149,23 +149,23 @@ def missing_requirements(con: duckdb.DuckDBPyConnection, requirements: Iterable[
     """Why each requirement is not met in this trace (None: met). The rows and values of every table and column
     are counted in one query: one count each took the sample 25 ms before its first rule ran."""
     reasons: dict[str, str | None] = {}
-    counts: dict[str, str] = {}  # requirement -> its count, a scalar subquery
+    counts: dict[str, tuple[str, str]] = {}  # requirement -> (its count, a scalar subquery; the reason when 0)
     for requirement in dict.fromkeys(requirements):
         table, _, column = requirement.partition(".")
         if not db.has_table(con, table):
             reasons[requirement] = f"table {table} is not in the database"
         elif column and not db.has_column(con, table, column):
             reasons[requirement] = f"{table}.{column} is not computed for this trace"
+        elif column:
+            counts[requirement] = (f'(SELECT count("{db.ident(column)}") FROM "{db.ident(table)}")',
+                                   f"no {table}.{column} values in this trace")
         else:
-            counted_sql = f'"{db.ident(column)}"' if column else "*"
-            counts[requirement] = f'(SELECT count({counted_sql}) FROM "{db.ident(table)}")'
+            counts[requirement] = (f'(SELECT count(*) FROM "{db.ident(table)}")', f"no rows in {table}")
     if counts:
-        counts_sql = ", ".join(counts.values())
+        counts_sql = ", ".join(count_sql for count_sql, _ in counts.values())
         found = con.execute(f"SELECT {counts_sql}").fetchall()[0]
-        for requirement, rows in zip(counts, found, strict=True):
-            table, _, column = requirement.partition(".")
-            reasons[requirement] = None if rows else (
-                f"no {table}.{column} values in this trace" if column else f"no rows in {table}")
+        for (requirement, (_, none_found)), rows in zip(counts.items(), found, strict=True):
+            reasons[requirement] = None if rows else none_found
     return reasons
 
 
