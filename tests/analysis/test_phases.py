@@ -451,3 +451,25 @@ def test_a_window_nested_in_another_of_its_thread_is_dropped_as_a_pairwise_check
     assert sorted(con.execute("SELECT * FROM _step_windows").fetchall()) == kept
     assert len(statements) == 3 and 500 < len(kept) < len(rows)
     assert kept.count((0, 1, 1, 10, 20, "b")) == 2
+
+
+def test_each_rank_gets_windows_from_its_own_engines_grammar(tmp_path: Path) -> None:
+    """The grammars stop only once every annotated rank has windows: a job whose rank 1 runs the legacy vLLM
+    annotation (`execute_new_N_cached_M`, the second grammar) keeps it after rank 0's first grammar matched."""
+    import gzip
+    import re
+
+    write_kineto(llm_serving_spec(), tmp_path / "rank0.json.gz", rank=0)
+    legacy = write_kineto(llm_serving_spec(seed=1), tmp_path / "rank1.json.gz", rank=1)
+    with gzip.open(legacy, "rt") as original:
+        legacy_text, renamed = re.subn(r"execute_context_(\d+)\(\d+\)_generation_(\d+)\(\d+\)",
+                                       r"execute_new_\1_cached_\2", original.read())
+    assert renamed > 0
+    with gzip.open(legacy, "wt") as out:
+        out.write(legacy_text)
+    with traceview.load(tmp_path) as trace:
+        trace.analyze()
+        assert trace.con.execute(
+            "SELECT rank, step_source, phase, count(*) FROM steps GROUP BY ALL ORDER BY ALL").fetchall() == [
+            (0, "annotation:vllm-step", "decode", 24), (0, "annotation:vllm-step", "prefill", 2),
+            (1, "annotation:vllm-step-legacy", "decode", 24), (1, "annotation:vllm-step-legacy", "prefill", 2)]
