@@ -70,11 +70,11 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
     `stages`, analysis stages). DuckDB splits a statement's work by row group, so the per-kernel tables set how
     many cores one statement can use:
     - no event table fills one row group (the sample trace): each statement runs on one core, so every core
-      runs one (`fit_to_size` gives DuckDB one thread);
+      runs one;
     - kernels and memops fill fewer than two row groups per core (the 10x vLLM trace's 138 k, the real vLLM
       H100 trace's 13.5 k beside 128 k host ranges): a statement over them leaves cores idle, and two at
       once fill them (the 10x trace's analysis, rules and report sections 4.45 -> 3.70 s, the real one's
-      1.42 -> 0.98 s on two cores);
+      1.42 -> 0.98 s on two cores, each statement then on both);
     - more (the 2 M-kernel export's 17 row groups): a rule or report section is one statement that uses every
       core, and two at once contend for them and for the memory limit (its rules and report 6.46 -> 7.37 s),
       so one; but an analysis stage is a chain of statements, many of which leave a core idle (windows
@@ -83,7 +83,8 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
     Under a memory limit below what the analysis is estimated to hold (`memory.below_working_set`: a small
     container's, or the user's), one at a time whatever the size: two statements at once contend for the
     limit, and DuckDB then stops where one at a time completes (the 10x trace in a 400 MiB container, 144 MiB
-    for DuckDB: out of memory once in three runs with two stages at a time)."""
+    for DuckDB: out of memory once in three runs with two stages at a time). `fit_to_size` shares the cores
+    among the statements at once."""
     cores = memory.cores()
     counts = EventCounts.of(con)
     limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
@@ -109,12 +110,22 @@ SMALL_TRACE_SKIPPED_OPTIMIZERS = (
 
 
 def fit_to_size(con: duckdb.DuckDBPyConnection) -> None:
-    """Where no event table fills one row group, DuckDB's own threads have nothing to split (it parallelises
-    by row group) and only hand each statement's work around: the statements run on one thread each, and
-    side by side instead (the sample trace's analysis: 0.35 -> 0.31 s); and the optimizers that pay only on
-    many rows are skipped (SMALL_TRACE_SKIPPED_OPTIMIZERS; those this DuckDB does not have are left out)."""
+    """Statements that run side by side (`side_by_side`) share the cores instead of each claiming all of them:
+    DuckDB gets the cores over the statements at once, as threads. A statement over fewer row groups than it has
+    threads hands its work around more than it splits it (DuckDB parallelises by row group):
+    - no event table fills one row group (the sample trace): one thread each, every core one statement (its
+      analysis 0.35 -> 0.31 s), and the optimizers that pay only on many rows are skipped
+      (SMALL_TRACE_SKIPPED_OPTIMIZERS; those this DuckDB does not have are left out);
+    - kernels and memops fill fewer than two row groups per core (the 10x vLLM trace): on two cores, one thread
+      each for the two statements at a time (its analysis, rules and sections in-process 4.02 -> 3.55 s, 7.30 ->
+      6.24 CPU s, medians of 4 in turns after a fresh ingest);
+    - one statement at a time (the 2 M-kernel export's rules and sections, a small memory limit): every core.
+      The 2 M export's analysis stages, two at a time, are slower on one thread each (7.15 -> 8.43 s), so it
+      keeps them too."""
+    at_once = side_by_side(con)
+    if at_once > 1:
+        con.execute("SET threads = $threads", {"threads": max(1, memory.cores() // at_once)})
     if EventCounts.of(con).fit_row_group:
-        con.execute("SET threads = 1")
         known = {name for (name,) in con.execute("SELECT name FROM duckdb_optimizers()").fetchall()}
         skipped = [name for name in SMALL_TRACE_SKIPPED_OPTIMIZERS if name in known]
         con.execute("SET disabled_optimizers = $names", {"names": ",".join(skipped)})
