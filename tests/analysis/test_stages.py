@@ -144,6 +144,29 @@ def test_of_the_stages_ready_when_a_thread_frees_the_first_listed_starts() -> No
     assert started[2:] == ["after_quick", "free"]
 
 
+def test_the_stages_running_at_once_share_the_cores(all_cores: int) -> None:
+    """`first` and `second` start together on half the cores each, `last` (after both) runs alone on all of them,
+    and the rules and sections after the stages get half again; without sharing the setting is left alone."""
+    con = duckdb.connect()
+    db.create_schema(con)
+    seen: dict[str, int] = {}
+
+    def stage(name: str, requires: tuple[str, ...] = ("kernels",)) -> Stage:
+        def run(cursor, context) -> None:
+            seen[name] = cursor.execute("SELECT current_setting('threads')").fetchall()[0][0]
+            cursor.execute(f"CREATE OR REPLACE TABLE t_{name} AS SELECT 1 AS x")
+        return Stage(name, name, requires=requires, creates=(Relation(f"t_{name}", "x", {"x": "x"}),), run=run)
+
+    stages = (stage("first"), stage("second"), stage("last", requires=("t_first", "t_second")))
+    run_stages(con, stages, Context(None), threads=2, share_cores=True)
+    half = max(1, all_cores // 2)
+    assert seen == {"first": half, "second": half, "last": all_cores}
+    assert con.execute("SELECT current_setting('threads')").fetchall()[0][0] == half
+    con.execute("SET threads = 3")
+    run_stages(con, stages, Context(None), threads=2)
+    assert seen == {"first": 3, "second": 3, "last": 3}
+
+
 def test_a_stage_whose_prerequisite_is_missing_is_an_error_not_nulls() -> None:
     con = duckdb.connect()
     db.create_schema(con)

@@ -93,7 +93,8 @@ def analyze(con: duckdb.DuckDBPyConnection, options: AnalysisOptions = AnalysisO
     for pattern in (options.step_regex, *(regex for _, regex in options.phase_kernels)):
         _check_regex(con, pattern)
     con.execute("DELETE FROM diagnostics WHERE source = 'analysis'")
-    run_stages(con, STAGES, Context(options, model), threads=db.side_by_side(con, stages=True))
+    run_stages(con, STAGES, Context(options, model), threads=db.side_by_side(con, stages=True),
+               share_cores=db.shares_cores(con))
 
 
 def _check_regex(con: duckdb.DuckDBPyConnection, pattern: str | None) -> None:

@@ -83,8 +83,8 @@ def side_by_side(con: duckdb.DuckDBPyConnection, *, stages: bool = False) -> int
     Under a memory limit below what the analysis is estimated to hold (`memory.below_working_set`: a small
     container's, or the user's), one at a time whatever the size: two statements at once contend for the
     limit, and DuckDB then stops where one at a time completes (the 10x trace in a 400 MiB container, 144 MiB
-    for DuckDB: out of memory once in three runs with two stages at a time). `fit_to_size` shares the cores
-    among the statements at once."""
+    for DuckDB: out of memory once in three runs with two stages at a time). `fit_to_size` sizes DuckDB's
+    threads for them."""
     cores = memory.cores()
     counts = EventCounts.of(con)
     limit = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
@@ -110,25 +110,37 @@ SMALL_TRACE_SKIPPED_OPTIMIZERS = (
 
 
 def fit_to_size(con: duckdb.DuckDBPyConnection) -> None:
-    """Statements that run side by side (`side_by_side`) share the cores instead of each claiming all of them:
-    DuckDB gets the cores over the statements at once, as threads. A statement over fewer row groups than it has
-    threads hands its work around more than it splits it (DuckDB parallelises by row group):
-    - no event table fills one row group (the sample trace): one thread each, every core one statement (its
-      analysis 0.35 -> 0.31 s), and the optimizers that pay only on many rows are skipped
+    """DuckDB's threads and optimizers for the trace's size. A statement over fewer row groups than it has threads
+    hands its work around more than it splits it (DuckDB parallelises by row group), so:
+    - no event table fills one row group (the sample trace): one thread, every core one statement (its analysis
+      0.35 -> 0.31 s), and the optimizers that pay only on many rows are skipped
       (SMALL_TRACE_SKIPPED_OPTIMIZERS; those this DuckDB does not have are left out);
-    - kernels and memops fill fewer than two row groups per core (the 10x vLLM trace): on two cores, one thread
-      each for the two statements at a time (its analysis, rules and sections in-process 4.02 -> 3.55 s, 7.30 ->
-      6.24 CPU s, medians of 4 in turns after a fresh ingest);
-    - one statement at a time (the 2 M-kernel export's rules and sections, a small memory limit): every core.
-      The 2 M export's analysis stages, two at a time, are slower on one thread each (7.15 -> 8.43 s), so it
-      keeps them too."""
-    at_once = side_by_side(con)
-    if at_once > 1:
-        con.execute("SET threads = $threads", {"threads": max(1, memory.cores() // at_once)})
+    - the statements at once share the cores (`shares_cores`: the 10x vLLM trace): the cores over their number
+      (`share_cores`);
+    - one statement at a time (the 2 M-kernel export's rules and sections, a small memory limit): every core."""
     if EventCounts.of(con).fit_row_group:
+        con.execute("SET threads = 1")
         known = {name for (name,) in con.execute("SELECT name FROM duckdb_optimizers()").fetchall()}
         skipped = [name for name in SMALL_TRACE_SKIPPED_OPTIMIZERS if name in known]
         con.execute("SET disabled_optimizers = $names", {"names": ",".join(skipped)})
+    elif shares_cores(con):
+        share_cores(con, side_by_side(con))
+
+
+def shares_cores(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the statements that run side by side share the cores, each on the cores over their number rather
+    than every statement on every core: where a statement can split (some event table fills a row group) but
+    kernels and memops fill fewer than two row groups per core, so two run at a time (`side_by_side`). On two
+    cores, the 10x vLLM trace's analysis, rules and sections in-process took 3.52 -> 3.24 s and 6.38 -> 5.68 CPU s
+    with one thread each, the real vLLM H100 trace's 1.26 -> 1.10 s (medians of 6 in turns). The 2 M-kernel
+    export's stages, two at a time over 17 row groups, were slower on one thread each (7.15 -> 8.43 s), so
+    where one rule or section runs at a time the statements keep every core."""
+    return not EventCounts.of(con).fit_row_group and side_by_side(con) > 1
+
+
+def share_cores(con: duckdb.DuckDBPyConnection, statements: int) -> None:
+    """Give DuckDB the cores over the statements running at once as threads (at least one)."""
+    con.execute("SET threads = $threads", {"threads": max(1, memory.cores() // statements)})
 
 
 @dataclass(frozen=True)
