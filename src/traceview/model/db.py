@@ -123,8 +123,8 @@ def fit_to_size(con: duckdb.DuckDBPyConnection) -> None:
         known = {name for (name,) in con.execute("SELECT name FROM duckdb_optimizers()").fetchall()}
         skipped = [name for name in SMALL_TRACE_SKIPPED_OPTIMIZERS if name in known]
         con.execute("SET disabled_optimizers = $names", {"names": ",".join(skipped)})
-    elif shares_cores(con):
-        share_cores(con, side_by_side(con))
+    elif (at_once := side_by_side(con)) > 1:  # shares_cores, its counts read once
+        share_cores(con, at_once)
 
 
 def shares_cores(con: duckdb.DuckDBPyConnection) -> bool:
