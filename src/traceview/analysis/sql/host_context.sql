@@ -5,13 +5,14 @@
 -- requires: gpu_idle_gaps, rank_busy_islands, api_calls, ranges, memops, steps
 -- creates: idle_gap_context, blocking_calls, python_event_density
 --
--- Every lookup is an ASOF join, never a range join over all ranges: a range open at a window's start is, per
--- (thread, kind, nesting depth), the latest-starting one there; a range that starts inside a window finds it by
--- the latest window of its lane starting before it. Windows of one lane (a device's gaps; the blocking calls of
--- a thread) do not overlap, so each range meets at most one window per lane. Before a join sorts the ranges, time
--- buckets drop those that cannot meet a window: a range can be open at a window's start only if it spans two
--- buckets or starts in a bucket a window starts in, and start inside a lane's window only if it starts in a bucket
--- the lane's windows touch. The windows looked up are the gaps
+-- No lookup is a range join over all ranges. A range open at a window's start is, per (thread, kind, nesting
+-- depth), the latest-starting one there (an ASOF join). Windows of one lane (a device's gaps; the blocking calls
+-- of a thread) do not overlap, so each range or call meets at most one window per lane: one that starts inside a
+-- gap finds it by a hash join on the time bucket it starts in, which lists every gap touching the bucket; one
+-- that starts inside a blocking call finds it by the latest call of its thread starting before it (an ASOF join).
+-- Before an ASOF join sorts the ranges, time buckets drop those that cannot meet a window: a range can be open at
+-- a window's start only if it spans two buckets or starts in a bucket a window starts in, and start inside a
+-- thread's blocking call only if it starts in a bucket the thread's calls touch. The windows looked up are the gaps
 -- of at least $min_gap_ns (shorter ones are launch latency) and the host-blocking calls (activity.sql's table
 -- macro host_blocking_calls). A gap sees the events of every thread of the launching process (its covering
 -- cause falls back to them), a blocking call those of its own thread. $generic_copy_op is the regex of the ATen
@@ -60,12 +61,14 @@ open_at_start AS (
                  AND w.start_ns >= x.start_ns
     WHERE x.end_ns > w.start_ns
 ),
-started_inside AS (
+bucket AS (bucket_width!((SELECT start_ns, end_ns FROM w))),
+started_inside AS (  -- a device's gaps do not overlap: a call starting inside one finds it in its start's bucket
     SELECT w.rank, w.lane, w.wid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
            x.call_id, x.name, x.tid, x.nested, x.start_ns, x.end_ns, x.dur_ns
-    FROM (SELECT c.*, l.lane FROM c JOIN (SELECT DISTINCT rank, pid, lane FROM w) l USING (rank, pid)) x
-    ASOF JOIN w ON w.rank = x.rank AND w.pid = x.pid AND w.lane = x.lane AND x.start_ns > w.start_ns
-    WHERE x.start_ns < w.end_ns
+    FROM c x CROSS JOIN bucket z
+    JOIN (in_buckets!((SELECT * FROM w), (SELECT ns FROM bucket))) w
+      ON w.rank = x.rank AND w.pid = x.pid AND w.b = x.start_ns // z.ns
+    WHERE x.start_ns > w.start_ns AND x.start_ns < w.end_ns
 )
 SELECT *, (CASE WHEN end_ns < w_end THEN end_ns ELSE w_end END)
           - (CASE WHEN start_ns > w_start THEN start_ns ELSE w_start END) AS overlap_ns
@@ -105,32 +108,34 @@ open_at_start AS (
                        AND x.depth = w.depth AND w.start_ns >= x.start_ns
     WHERE x.end_ns > w.start_ns
 ),
-lane_buckets AS (
-    -- the buckets each lane's windows touch (a call's lane is its thread's): windows of one lane do not overlap,
-    -- so a lane touches at most its windows plus four buckets a window stretch
-    SELECT DISTINCT rank, pid, lane, tid, b FROM (
-        in_buckets!((SELECT rank, pid, lane, CASE WHEN lane = 'call' THEN tid END AS tid, start_ns, end_ns
-                     FROM _windows), (SELECT ns FROM bucket))
-    )
-),
-starters AS (  -- each range with every lane whose windows touch the bucket it starts in
-    SELECT x.*, t.lane
-    FROM r x CROSS JOIN bucket z
-    JOIN lane_buckets t ON t.rank = x.rank AND t.pid = x.pid AND t.b = x.start_ns // z.ns
-                       AND (t.lane <> 'call' OR t.tid = x.tid)
+gap_buckets AS (  -- each gap window once for every bucket it touches
+    in_buckets!((SELECT * FROM _windows WHERE lane <> 'call'), (SELECT ns FROM bucket))
 ),
 inside_gaps AS (
+    -- a device's gaps do not overlap, so a range starting inside one finds it alone in its start's bucket: a hash
+    -- join on the bucket, where an ASOF join would sort every candidate range
     SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
            x.tid, x.kind AS cls, x.depth, x.range_id, x.start_ns, x.end_ns
-    FROM (SELECT * FROM starters WHERE lane <> 'call') x
-    ASOF JOIN (SELECT * FROM _windows WHERE lane <> 'call') w
-      ON w.rank = x.rank AND w.pid = x.pid AND w.lane = x.lane AND x.start_ns > w.start_ns
-    WHERE x.start_ns < w.end_ns
+    FROM r x CROSS JOIN bucket z
+    JOIN gap_buckets w ON w.rank = x.rank AND w.pid = x.pid AND w.b = x.start_ns // z.ns
+    WHERE x.start_ns > w.start_ns AND x.start_ns < w.end_ns
+),
+call_buckets AS (
+    -- the buckets each thread's blocking calls touch: calls of one thread do not overlap, so a thread touches at
+    -- most its calls plus four buckets a call stretch
+    SELECT DISTINCT rank, pid, tid, b FROM (
+        in_buckets!((SELECT rank, pid, tid, start_ns, end_ns FROM _windows WHERE lane = 'call'), (SELECT ns FROM bucket))
+    )
+),
+starters AS (  -- each range that starts in a bucket its thread's blocking calls touch
+    SELECT x.*
+    FROM r x CROSS JOIN bucket z
+    JOIN call_buckets t ON t.rank = x.rank AND t.pid = x.pid AND t.tid = x.tid AND t.b = x.start_ns // z.ns
 ),
 inside_calls AS (  -- blocking calls of different threads may overlap: a call's window is found on its thread
     SELECT w.rank, w.lane, w.wid, w.pid, w.tid AS w_tid, w.start_ns AS w_start, w.end_ns AS w_end,
            x.tid, x.kind AS cls, x.depth, x.range_id, x.start_ns, x.end_ns
-    FROM (SELECT * FROM starters WHERE lane = 'call') x
+    FROM starters x
     ASOF JOIN (SELECT * FROM _windows WHERE lane = 'call') w
       ON w.rank = x.rank AND w.pid = x.pid AND w.tid = x.tid AND x.start_ns > w.start_ns
     WHERE x.start_ns < w.end_ns
