@@ -327,7 +327,7 @@ def test_training_patterns_load_and_tiles_classify() -> None:
     """steps.toml's [training] and [gemm_tiles] tables load; tile sides as PHASES.md §6 reads them."""
     import duckdb
 
-    from traceview.analysis.phases import STEP_WORK, gemm_tile_parameters, load_training_patterns
+    from traceview.analysis.phases import STEP_ROLES, gemm_tile_parameters, load_training_patterns
     from traceview.analysis.categories import classify_kernels
     from traceview.model import db
 
@@ -349,7 +349,7 @@ def test_training_patterns_load_and_tiles_classify() -> None:
     classify_kernels(con)  # then the categories the test needs, whatever the names' own labels are
     con.execute("UPDATE kernel_name_labels SET category = CASE WHEN name_key = 'not_a_gemm_64x8' "
                 "THEN 'elementwise' ELSE 'gemm' END")
-    assert dict(STEP_WORK.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))) == names
+    assert dict(STEP_ROLES.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))) == names
     assert con.execute("SELECT regexp_matches('Optimizer.zero_grad#AdamW.zero_grad', $p)", {"p": patterns.optimizer}).fetchone() == (True,)
     assert con.execute("SELECT regexp_matches('aten::linear', $p)", {"p": patterns.backward}).fetchone() == (False,)
 

@@ -57,13 +57,14 @@ def test_every_declared_relation_has_exactly_its_declared_columns(path) -> None:
 
 def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites() -> None:
     after = waits_for(pipeline.STAGES)
-    assert after["categories"] == after["devices"] == after["op_costs"] == []  # the three run side by side
+    # the windows and work of steps read no label: they run beside the categories, the op costs and devices
+    assert after["step_work"] == after["categories"] == after["devices"] == after["op_costs"] == []
     assert after["kernel_costs"] == ["categories", "op_costs", "devices"]
+    assert after["step_roles"] == ["step_work", "categories"]
     assert "devices" not in after["steps"]
-    # the windows and work of steps wait for the categories only, not for the op costs the phases read
-    assert after["step_work"] == ["categories"] and after["steps"] == ["op_costs", "step_work"]
+    assert after["steps"] == ["step_work", "op_costs", "step_roles"]
     # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
-    assert after["assemble"] == ["categories", "step_work", "devices", "kernel_costs", "steps"]
+    assert after["assemble"] == ["step_work", "categories", "step_roles", "devices", "kernel_costs", "steps"]
     assert after["step_budget"] == ["steps", "activity", "idle_gaps", "steady", "device_busy", "step_windows"]
     # what reads only the timeline starts beside the gaps and the busy unions read off it
     assert after["steady"] == ["steps", "assemble", "activity"]

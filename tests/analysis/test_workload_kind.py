@@ -222,5 +222,5 @@ def test_range_roles_read_names_by_word_structure() -> None:
                     "VALUES (0, ?, 1, 1, ?, ?, 0, 1)", [(i, name, kind) for i, (name, kind) in enumerate(ROLE_NAMES)])
     STEP_WORK.run(con, "range_roles", **range_role_parameters(load_training_patterns()))
     got = {(name, kind): tuple(roles) for name, kind, *roles in con.execute(
-        "SELECT name, kind, backward, optimizer, optimizer_weak, forward, iteration_start FROM _range_roles").fetchall()}
+        "SELECT name, kind, backward, optimizer, optimizer_weak, forward, iteration_start FROM range_roles").fetchall()}
     assert got == {key: tuple(roles) for key, roles in ROLE_NAMES.items() if roles is not None}

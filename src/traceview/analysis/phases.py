@@ -10,8 +10,9 @@ optimizer range is `train` (multi-tensor and fused optimizer ops count only besi
 prefill/decode/mixed. Each step's phase comes from the strongest evidence available, recorded in `phase_source` with
 a confidence. With no step marker, a training loop's NVTX/user ranges (forward .. optimizer) make the steps.
 
-The SQL is analysis/sql/step_work.sql (the windows and the work each one launched) and analysis/sql/steps.sql
-(the steps and their phase); this module loads steps.toml (the engines' step grammars, training patterns, GEMM
+The SQL is analysis/sql/step_work.sql (the windows and the work each one launched), analysis/sql/step_roles.sql
+(the steps' kernels with their GEMM tile, and the training role of their work) and analysis/sql/steps.sql (the
+steps and their phase); this module loads steps.toml (the engines' step grammars, training patterns, GEMM
 tiles) and runs their sections with those values bound.
 """
 
@@ -36,6 +37,7 @@ PATTERN_KERNELS = 8
 ANNOTATION_KINDS = ("user_annotation", "nvtx")
 
 STEP_WORK = sql_module.load("step_work")
+STEP_ROLES = sql_module.load("step_roles")
 STEPS = sql_module.load("steps")
 
 
@@ -114,7 +116,7 @@ def load_grammars() -> list[StepGrammar]:
 
 
 def gemm_tile_parameters(patterns: TrainingPatterns) -> dict:
-    """The parameters of step_work.sql's gemm_tiles query, (name, tile) over the distinct GEMM kernel names: 'small',
+    """The parameters of step_roles.sql's gemm_tiles query, (name, tile) over the distinct GEMM kernel names: 'small',
     'large' or NULL, the token-side tile the name states."""
     return {"tile_patterns": list(patterns.tile_patterns), "skinny": patterns.skinny,
             "small_max": patterns.small_max, "skinny_max": patterns.skinny_max, "large_min": patterns.large_min}
@@ -131,8 +133,8 @@ def range_role_parameters(patterns: TrainingPatterns) -> dict:
 
 def find_step_work(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = None,
                    gap_ns: int = DEFAULT_GAP_NS) -> None:
-    """Build the step windows and the work each one launched (`kernel_steps`, `memop_steps` and the
-    `step_work_*` relations that `steps` reads)."""
+    """Build the step windows and the work each one launched (`kernel_steps`, `memop_steps`, `step_work_windows`,
+    `step_work_memops`) and each host range name's training role (`range_roles`)."""
     STEP_WORK.run(con, "windows")
     if step_regex:
         STEP_WORK.run(con, "user_regex", regex=step_regex)
@@ -152,18 +154,22 @@ def find_step_work(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = N
                 STEP_WORK.run(con, "grammar", **parameters, annotation_kinds=list(ANNOTATION_KINDS))
             if step_regex:
                 STEP_WORK.run(con, "user_regex_phases", **parameters)
-    patterns = load_training_patterns()
-    STEP_WORK.run(con, "range_roles", **range_role_parameters(patterns))
+    STEP_WORK.run(con, "range_roles", **range_role_parameters(load_training_patterns()))
     STEP_WORK.run(con, "work", gap=gap_ns, head=PATTERN_KERNELS, memop_columns=list(db.contract_columns("memops")))
-    # the tile each distinct GEMM name states, as a SELECT of its own (tests run it alone), kept in `_gemm_tiles`
-    tiles = STEP_WORK.query(con, "gemm_tiles", **gemm_tile_parameters(patterns))
-    with db.values_table(con, "_gemm_tiles", {"name": "VARCHAR", "tile": "VARCHAR"}, tiles):
-        STEP_WORK.run(con, "kernels")
     STEP_WORK.run(con, "cleanup")
 
 
+def find_step_roles(con: duckdb.DuckDBPyConnection) -> None:
+    """The steps' kernels with their GEMM tile and the training role of the steps' work (`step_work_kernels`,
+    `step_work_roles`), once the kernels have their categories."""
+    # the tile each distinct GEMM name states, as a SELECT of its own (tests run it alone), kept in `_gemm_tiles`
+    tiles = STEP_ROLES.query(con, "gemm_tiles", **gemm_tile_parameters(load_training_patterns()))
+    with db.values_table(con, "_gemm_tiles", {"name": "VARCHAR", "tile": "VARCHAR"}, tiles):
+        STEP_ROLES.run(con, "kernels")
+
+
 def segment_steps(con: duckdb.DuckDBPyConnection, *, phase_kernels: tuple[tuple[str, str], ...] = ()) -> None:
-    """Build `steps` from the step windows and their work (`find_step_work`).
+    """Build `steps` from the step windows and their work (`find_step_work`, `find_step_roles`).
 
     `phase_kernels` maps phases to kernel-name regexes the user knows belong to them.
     """
@@ -174,4 +180,5 @@ def segment_steps(con: duckdb.DuckDBPyConnection, *, phase_kernels: tuple[tuple[
 
 WORK_STAGE = STEP_WORK.stage(run=lambda con, context: find_step_work(con, step_regex=context.options.step_regex,
                                                                      gap_ns=context.options.step_gap_ns))
+ROLES_STAGE = STEP_ROLES.stage(run=lambda con, context: find_step_roles(con))
 STAGE = STEPS.stage(run=lambda con, context: segment_steps(con, phase_kernels=context.options.phase_kernels))

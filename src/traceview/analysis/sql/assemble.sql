@@ -3,7 +3,7 @@
 -- add (`categories`, `kernel_costs`, `steps`), joined once.
 -- requires: kernels, memops, kernel_name_labels, kernel_costs, kernel_steps, memop_steps, steps
 -- rewrites: kernels, memops, labelled_kernels, kernel_name_labels, kernel_costs, kernel_steps, memop_steps,
---     step_work_windows, step_work_memops, step_work_kernels, step_work_roles
+--     step_work_windows, step_work_memops, step_work_kernels, step_work_roles, range_roles
 --
 -- Stages never alter the schema tables; each writes its facts to a table of its own (labels per distinct
 -- name, costs and steps per kernel), and this stage joins them back once, in the order the stages declare
@@ -33,5 +33,6 @@ DROP TABLE step_work_windows;
 DROP TABLE step_work_memops;
 DROP TABLE step_work_kernels;
 DROP TABLE step_work_roles;
+DROP TABLE range_roles;
 DROP VIEW _ingested_kernels;
 DROP VIEW _ingested_memops;
