@@ -135,10 +135,10 @@ def find_step_work(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = N
                    gap_ns: int = DEFAULT_GAP_NS) -> None:
     """Build the step windows and the work each one launched (`kernel_steps`, `memop_steps`, `step_work_windows`,
     `step_work_memops`) and each host range name's training role (`range_roles`)."""
-    STEP_WORK.run(con, "windows")
+    STEP_WORK.run(con, "windows", annotation_kinds=list(ANNOTATION_KINDS))
     if step_regex:
         STEP_WORK.run(con, "user_regex", regex=step_regex)
-    annotated = {rank for (rank,) in STEP_WORK.query(con, "annotated_ranks", annotation_kinds=list(ANNOTATION_KINDS))}
+    annotated = {rank for (rank,) in STEP_WORK.query(con, "annotated_ranks")}
     for grammar in load_grammars():
         # a grammar gives windows only to annotated ranks that have none yet: once every one has some (the
         # engine's grammar matched), the later grammars are not run (the sample's stage 65 -> 55 ms)
@@ -151,7 +151,7 @@ def find_step_work(con: duckdb.DuckDBPyConnection, *, step_regex: str | None = N
                       "confidence": grammar.confidence}
         with db.values_table(con, "_modes", {"mode": "VARCHAR", "phase": "VARCHAR"}, list(grammar.modes.items())):
             if unwindowed:
-                STEP_WORK.run(con, "grammar", **parameters, annotation_kinds=list(ANNOTATION_KINDS))
+                STEP_WORK.run(con, "grammar", **parameters)
             if step_regex:
                 STEP_WORK.run(con, "user_regex_phases", **parameters)
     STEP_WORK.run(con, "range_roles", **range_role_parameters(load_training_patterns()))

@@ -65,6 +65,11 @@ SELECT rank, pid, tid, start_ns, end_ns, name, 'annotation:' || grammar_name AS 
        pt IS NOT NULL OR dt IS NOT NULL OR tk IS NOT NULL AS counts_tokens
 FROM labelled;
 
+-- The annotation ranges ($annotation_kinds), the only ranges a grammar reads, picked out of all ranges once: every
+-- grammar tried reads these few (the 10x vLLM trace: 100 of 1.3 M ranges, four grammars)
+CREATE OR REPLACE TEMP TABLE _annotations AS
+SELECT rank, pid, tid, start_ns, end_ns, name FROM ranges WHERE list_contains($annotation_kinds, kind);
+
 -- section: user_regex
 INSERT INTO _step_windows
 SELECT rank, pid, tid, start_ns, end_ns, name, 'user_regex', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
@@ -73,8 +78,8 @@ WHERE kind <> 'gpu_user_annotation' AND regexp_matches(name, $regex)
   AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows);
 
 -- section: annotated_ranks
--- The ranks with annotation ranges ($annotation_kinds): the only ranks a grammar can give windows
-SELECT DISTINCT rank FROM ranges WHERE list_contains($annotation_kinds, kind);
+-- The ranks with annotation ranges: the only ranks a grammar can give windows
+SELECT DISTINCT rank FROM _annotations;
 
 -- section: windowed_ranks
 -- The ranks that have windows so far: a grammar reads only the others
@@ -84,10 +89,7 @@ SELECT DISTINCT rank FROM _step_windows;
 -- One grammar ($pattern, $groups, $grammar, $confidence; its modes in `_modes`): windows from the annotation
 -- ranges matching it, on ranks that have none yet ...
 INSERT INTO _step_windows BY NAME
-WITH grammar_input AS (
-    SELECT * FROM ranges
-    WHERE list_contains($annotation_kinds, kind) AND rank NOT IN (SELECT DISTINCT rank FROM _step_windows)
-)
+WITH grammar_input AS (SELECT * FROM _annotations WHERE rank NOT IN (SELECT DISTINCT rank FROM _step_windows))
 SELECT * FROM _grammar_windows('grammar_input', $pattern, $groups, $grammar, $confidence);
 
 -- section: user_regex_phases
@@ -422,6 +424,8 @@ JOIN memop_steps s USING (rank, memop_id) WHERE s.step_id IS NOT NULL;
 
 -- section: cleanup
 DROP TABLE IF EXISTS _step_windows;
+
+DROP TABLE IF EXISTS _annotations;
 
 DROP TABLE IF EXISTS _step_calls;
 
