@@ -5,8 +5,9 @@ who ended each gap, was communication hidden behind compute), so the answers are
 after kernels carry their category and step. The SQL is analysis/sql/activity.sql (the timeline),
 idle_gaps.sql and device_busy.sql (what is read off it); every interval fact in them rests on the running-max
 window of analysis/intervals.py, invoked as its macros.
-busiest_device and comm_islands are views, computed when a rule or report reads them, so a filter on them
-is pushed down; gpu_idle_gaps is a table: the budget, the host context and idle_by_kind read every gap.
+busiest_device is a view, computed when a rule or report reads it, so a filter on it is pushed down;
+gpu_idle_gaps is a table: the budget, the host context and idle_by_kind read every gap; comm_islands (comm_islands.sql)
+is a table: TV401 and TV402 read it.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import duckdb
 
 from traceview.analysis import sql_module
 
-# the timeline first, then what is read off it: three stages, so that the steady state, the critical path and the
-# collectives, which read only the timeline, start beside the gaps and the busy unions
-MODULES = tuple(sql_module.load(name) for name in ("activity", "idle_gaps", "device_busy"))
+# the timeline first, then what is read off it: stages apart, so that the steady state, the critical path and the
+# collectives, which read only the timeline, start beside the gaps and the busy unions, and the communication
+# islands, which only rules read, wait for a free core
+MODULES = tuple(sql_module.load(name) for name in ("activity", "idle_gaps", "device_busy", "comm_islands"))
 STAGES = tuple(module.stage() for module in MODULES)
-STAGE, IDLE_GAPS_STAGE, DEVICE_BUSY_STAGE = STAGES
+STAGE, IDLE_GAPS_STAGE, DEVICE_BUSY_STAGE, COMM_ISLANDS_STAGE = STAGES
 
 
 def build_activity(con: duckdb.DuckDBPyConnection) -> None:
-    """Create every relation the three stages declare; needs kernels.category/step_id and memops.step_id."""
+    """Create every relation the four stages declare; needs kernels.category/step_id and memops.step_id."""
     for module in MODULES:
         module.run(con)

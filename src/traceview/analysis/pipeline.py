@@ -77,6 +77,7 @@ STAGES: tuple[Stage, ...] = (
     ranks.STAGE,
     sql_module.load("collectives").stage(),
     engines.STAGE,
+    activity.COMM_ISLANDS_STAGE,
     sql_module.load("trace_facts").stage(),
     sql_module.load("totals").stage(),
 )

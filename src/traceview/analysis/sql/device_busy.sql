@@ -1,12 +1,12 @@
 -- stage: device_busy
 -- The busy unions of the timeline: per device its span, busy and idle time and the communication no compute ran
--- beside; per rank its busy islands over every device; the busiest device. Rules TV203, TV401 and the report
--- read these instead of windows of their own.
+-- beside; per rank its busy islands over every device; the busiest device. Rule TV203 and the report read these
+-- instead of windows of their own.
 -- requires: gpu_activity, kernels, memops, devices, gpu_specs
--- creates: device_activity, busiest_device, one_device_ranks, rank_busy_islands, comm_islands
+-- creates: device_activity, busiest_device, one_device_ranks, rank_busy_islands
 --
 -- Every interval fact rests on the one running-max window of analysis/intervals.py, invoked here as its macros
--- (busy_islands, busy_time, islands_from_prev_end, exposed_islands; the loader expands each
+-- (busy_islands, busy_time, islands_from_prev_end; the loader expands each
 -- into the helper's text): `prev_end_ns` is the latest end among the intervals of a key that start before this
 -- one; an interval starting past it opens a busy island, and an island ends where the next island's opener says
 -- the work before it ended (its prev_end_ns), the last at the key's latest end.
@@ -86,7 +86,7 @@ ORDER BY s.rank, s.device_id;
 --   kernel_time_ns: Σ kernel durations on this device
 --   devices_used: distinct (rank, device_id) that ran kernels
 --
--- A view (as comm_islands): computed when a rule or report reads it, so a filter on it is pushed down.
+-- A view: computed when a rule or report reads it, so a filter on it is pushed down.
 CREATE OR REPLACE VIEW busiest_device AS
 SELECT d.rank, d.device_id, d.name, d.spec_id, s.name AS spec_name, s.hbm_bytes_per_s / 1e12 AS hbm_tbps,
        d.sm_count, d.memory_bytes, k.kernel_time_ns,
@@ -122,32 +122,3 @@ SELECT rank, lo, hi FROM (
                   (rank))
 )
 ORDER BY rank, start_ns;
-
--- view comm_islands: one row per maximal interval of communication kernels per device, step and family, with the part no compute kernel ran beside
---   rank: trace rank
---   device_id: GPU ordinal
---   step_id: the step that launched the kernels; NULL outside every step
---   family: gpu_activity.comm_family, or 'all': every family of the step merged
---   start_ns: the island's first start
---   end_ns: the island's last end
---   comm_ns: end_ns - start_ns
---   exposed_ns: comm_ns minus its overlap with the union of the device's non-communication kernels (any step)
---
--- Per step and family, and per step across families ('all'), as TV401 reports them; the compute beside each
--- island as in device_activity.
-CREATE OR REPLACE VIEW comm_islands AS
-WITH comm_activity AS NOT MATERIALIZED (
-    SELECT * FROM gpu_activity WHERE kind = 'kernel' AND category = 'communication'
-)
-SELECT rank, device_id, step_id, family, lo AS start_ns, hi AS end_ns, hi - lo AS comm_ns, exposed_ns
-FROM (
-    -- the communication islands per step and family, each with the part no compute kernel of its device ran beside
-    exposed_islands!((SELECT rank, device_id, step_id, comm_family AS family, start_ns, end_ns FROM comm_activity
-                      UNION ALL
-                      SELECT rank, device_id, step_id, 'all', start_ns, end_ns FROM comm_activity),
-                     (rank, device_id, step_id, family),
-                     (SELECT rank, device_id, start_ns, end_ns FROM gpu_activity
-                      WHERE kind = 'kernel' AND category <> 'communication'
-                        AND (rank, device_id) IN (SELECT DISTINCT rank, device_id FROM comm_activity)),
-                     (rank, device_id))
-);
