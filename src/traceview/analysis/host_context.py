@@ -5,7 +5,8 @@ A gap is explained by the host, not by the kernel after it: the deepest host eve
 with its share, or, where nothing recorded covers it, how much of it the launching thread spent outside every
 recorded event. Blocking calls are priced here once (the GPU idle each one exposes), so TV204 and TV206 give one
 call one price. A trace dense with with_stack's Python events inflates the host time all of this reads, so that
-density is measured per rank. The SQL is analysis/sql/host_context.sql; this module holds its parameters.
+density is measured per rank, in a stage of its own. The SQL is analysis/sql/host_context.sql and
+analysis/sql/python_density.sql; this module holds their parameters.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ import duckdb
 from traceview.analysis import sql_module
 
 MODULE = sql_module.load("host_context")
+DENSITY_MODULE = sql_module.load("python_density")
 
 STAGE = MODULE.stage(run=lambda con, context: build_host_context(con))
+DENSITY_STAGE = DENSITY_MODULE.stage(run=lambda con, context: measure_python_density(con))
 
 # ATen ops that only move or convert data: a sync inside one is reported by the op that called it
 GENERIC_COPY_OP = r"^aten::(copy_|_copy_from|_copy_from_and_resize|_local_scalar_dense|_to_copy|to|contiguous|clone)$"
@@ -38,5 +41,8 @@ DENSE_OVERHEAD_PCT = 10.0
 
 
 def build_host_context(con: duckdb.DuckDBPyConnection) -> None:
-    MODULE.run(con, min_gap_ns=CONTEXT_MIN_GAP_NS, generic_copy_op=GENERIC_COPY_OP, min_cover_pct=MIN_COVER_PCT,
-               python_event_ns=PYTHON_EVENT_NS, dense_overhead_pct=DENSE_OVERHEAD_PCT)
+    MODULE.run(con, min_gap_ns=CONTEXT_MIN_GAP_NS, generic_copy_op=GENERIC_COPY_OP, min_cover_pct=MIN_COVER_PCT)
+
+
+def measure_python_density(con: duckdb.DuckDBPyConnection) -> None:
+    DENSITY_MODULE.run(con, python_event_ns=PYTHON_EVENT_NS, dense_overhead_pct=DENSE_OVERHEAD_PCT)

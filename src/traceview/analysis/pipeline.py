@@ -60,6 +60,7 @@ STAGES: tuple[Stage, ...] = (
     devices.STAGE,
     sql_module.load("rule_inputs").stage(),
     roofline.COSTS_STAGE,
+    host_context.DENSITY_STAGE,
     phases.STAGE,
     assemble.STAGE,
     activity.STAGE,
