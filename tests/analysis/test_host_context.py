@@ -301,6 +301,30 @@ def test_tv201_names_the_covering_cause_with_its_share(cover_trace) -> None:
     assert "cover:python_frame" in finding.fix_facts and "python_events_dense" not in finding.fix_facts
 
 
+def test_ranges_inside_a_caller_in_the_gap_change_no_context(tmp_path) -> None:
+    """Kineto, one thread; times in us. A [0, 1000], B [11000, 12000] launched at 10990: gap [1000, 11000], 10 ms.
+    In it two frames with one interval, run.py(1): run and step.py(2): step [2000, 5000] (30% of the gap), then
+    f.py(3): f [2500, 3500] inside them, aten::mm [2600, 3400] inside that, aten::add [6000, 6100] alone. Of the
+    equal frames the deeper is named (the innermost of equals); f.py, inside them and shorter, names nothing; the
+    CPU op is aten::mm (800 us, against aten::add's 100); nothing covers half. Traced: [2000, 5000], [6000, 6100]
+    and the 5 us launch: 6,895 us untraced."""
+    kernels = (_kernel(GEMM, 0, 1_000, -20), _kernel(GEMM, 11_000, 1_000, 10_990))
+    ranges = (Range("run.py(1): run", 2_000 * US, 5_000 * US, pid=PID, tid=PID, kind="python_function"),
+              Range("step.py(2): step", 2_000 * US, 5_000 * US, pid=PID, tid=PID, kind="python_function"),
+              Range("f.py(3): f", 2_500 * US, 3_500 * US, pid=PID, tid=PID, kind="python_function"),
+              Range("aten::mm", 2_600 * US, 3_400 * US, pid=PID, tid=PID, kind="cpu_op"),
+              Range("aten::add", 6_000 * US, 6_100 * US, pid=PID, tid=PID, kind="cpu_op"))
+    spec = TraceSpec(gpus=(H100_SXM,), kernels=kernels, ranges=ranges, process_names={PID: "python"},
+                     thread_names={(PID, PID): "python"})
+    trace = traceview.load(write_kineto(spec, tmp_path / "t.json.gz")).analyze()
+    depths = dict(trace.sql("SELECT name, depth FROM ranges WHERE name IN ('run.py(1): run', 'step.py(2): step')").rows())
+    assert len(set(depths.values())) == 2, depths
+    deeper = max(depths, key=depths.get)
+    row = trace.sql("""SELECT dur_ns, covered, python_frame, cpu_op, cpu_op_overlap_ns, untraced_ns
+                       FROM idle_gap_context""").rows()
+    assert row == [(10 * MS, False, deeper, "aten::mm", 800 * US, 6_895 * US)]
+
+
 def test_python_event_density_of_a_sparse_trace(cover_trace) -> None:
     """Two frames on the launching thread, whose events run from A's launch at -20 us to F's launch end at 41505."""
     row = cover_trace.sql("SELECT threads, host_ns, python_events, overhead_ns, dense FROM python_event_density").rows()
