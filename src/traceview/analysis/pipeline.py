@@ -47,10 +47,11 @@ class AnalysisOptions:
 # Side by side, of the stages ready when a thread frees the first listed starts, so the order is also the
 # priority: the longest chains first. The windows and work of steps first (they read no label, so they run beside
 # the categories), then op costs and the steps' roles before devices (the chain through steps is the analysis's
-# longest until `kernels` is assembled); then the timeline (activity) beside the
-# launch queue (0.8 s of the 2 M export's analysis alone); after the timeline, the idle gaps beside the chain
-# through steady to the critical path and step budget, and the busy unions; then host context (the longest
-# stage on a trace with many host ranges: 1.0 of the 10x vLLM trace's 2.9 s), then the short stages.
+# longest until `kernels` is assembled), and Python event density, which reads only the trace, in the core left
+# free while the steps are found; then the timeline (activity) beside the launch queue (0.8 s of the 2 M export's
+# analysis alone); after the timeline, the idle gaps beside the chain through steady to the critical path and
+# step budget, and the busy unions; then host context (with the critical path, the longest stage on a trace with
+# many host ranges: 0.7 of the 10x vLLM trace's 1.9 s), then the short stages, the communication islands last.
 # The order must keep each stage after those that create what it reads (run_stages checks it).
 STAGES: tuple[Stage, ...] = (
     phases.WORK_STAGE,
