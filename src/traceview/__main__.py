@@ -1,3 +1,3 @@
-from traceview.cli import main
+from traceview.launch import main
 
 main()

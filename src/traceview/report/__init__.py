@@ -22,6 +22,10 @@ from traceview import memory
 from traceview.errors import TraceviewError
 
 
+# renderer processes started by the entry point, waiting for the command line to claim them
+_STARTED_EARLY: dict[Renderer, _InWorker] = {}
+
+
 @dataclass(frozen=True)
 class Renderer:
     """One output format of one document; the module is imported on first use (HTML pulls in jinja2, altair)."""
@@ -46,8 +50,8 @@ class Renderer:
         thread, altair's import holds the GIL the analysis's Python needs. With one core, on a thread."""
         if self.prepare is None:
             return self.render
-        if memory.cores() > 1 and sys.executable:  # an embedded interpreter may have no executable to start
-            return _InWorker(self)
+        if _renders_in_a_process():
+            return _STARTED_EARLY.pop(self, None) or _InWorker(self)
 
         def load() -> None:
             try:
@@ -57,6 +61,17 @@ class Renderer:
 
         threading.Thread(target=load, name=f"prepare-{self.name}", daemon=True).start()
         return self.render
+
+
+    def start_early(self) -> None:
+        """Start this format's renderer process now, before the command line's imports, for `start` to hand
+        over (traceview/launch.py); unclaimed, it ends with the command."""
+        if self.prepare is not None and _renders_in_a_process():
+            _STARTED_EARLY[self] = _InWorker(self)
+
+
+def _renders_in_a_process() -> bool:
+    return memory.cores() > 1 and bool(sys.executable)  # an embedded interpreter may have no executable to start
 
 
 class _InWorker:
