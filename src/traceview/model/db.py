@@ -425,6 +425,14 @@ def staging_problems(con: duckdb.DuckDBPyConnection) -> list[str]:
     return problems
 
 
+def numbered_rows_sql(table: str, order: str) -> str:
+    """SQL: each row of `table` (`row`, its rowid) with its number (`id`, from 0) in `order`. Only the rowids
+    are sorted, so long names are compared but not carried (sorting whole rows doubled peak memory), and the
+    numbers stream over the sort's output (an empty OVER): a window ordered by the same keys sorts and then walks
+    again (the 10x vLLM trace's 1.3 M ranges: 0.19 -> 0.09 s)."""
+    return f"SELECT row, row_number() OVER () - 1 AS id FROM (SELECT rowid AS row FROM {table} ORDER BY {order})"
+
+
 def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
     """Move staged API calls into api_calls, naming them without the nsys `_vNNNN` suffix.
 
@@ -432,7 +440,7 @@ def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
     the API's own name and keeps its `_v2`.
     """
     con.execute(
-        r"""
+        rf"""
         INSERT INTO api_calls
         WITH names AS (
             -- name rules run once per distinct API name, not once per call
@@ -440,13 +448,10 @@ def finish_api_calls(con: duckdb.DuckDBPyConnection) -> None:
                    (clean_name GLOB '*Launch*' AND NOT clean_name GLOB '*LaunchHostFunc*') AS is_launch,
                    (clean_name GLOB '*Synchronize*'
                      OR (clean_name GLOB '*Memcpy*' AND NOT clean_name GLOB '*Async*')) AS is_sync
-            FROM (SELECT name, regexp_replace(name, '_v[0-9]{4,}$', '') AS clean_name
+            FROM (SELECT name, regexp_replace(name, '_v[0-9]{{4,}}$', '') AS clean_name
                   FROM (SELECT DISTINCT name FROM _stage_api_calls))
         ),
-        ids AS (
-            SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns, pid, tid, correlation_id, name) - 1 AS id
-            FROM _stage_api_calls
-        )
+        ids AS ({numbered_rows_sql("_stage_api_calls", "start_ns, end_ns, pid, tid, correlation_id, name")})
         SELECT rank, ids.id, pid, tid, clean_name, api, start_ns, end_ns, end_ns - start_ns, correlation_id,
                is_launch, is_sync, external_id
         FROM _stage_api_calls a
@@ -473,11 +478,7 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, link: LaunchLink) -> None:
                   FROM api_calls WHERE correlation_id IS NOT NULL AND is_launch
                   GROUP BY rank, pid, correlation_id)
         ),
-        -- number rows on a narrow projection: sorting full rows (long names) doubles peak memory
-        ids AS (
-            SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns, device_id, stream_id, correlation_id, name) - 1 AS id
-            FROM _stage_kernels
-        )
+        ids AS ({numbered_rows_sql("_stage_kernels", "start_ns, end_ns, device_id, stream_id, correlation_id, name")})
         SELECT k.rank, ids.id,
                k.device_id, k.stream_id, coalesce(a.pid, k.pid), a.tid,
                k.start_ns, k.end_ns, k.end_ns - k.start_ns, k.name, k.short_name,
@@ -515,10 +516,9 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
     after it opens, and of two ranges opening together the longer one is the parent.
     """
     con.execute(
-        """
+        f"""
         CREATE OR REPLACE TEMP TABLE _range_ids AS
-        SELECT rowid AS row, row_number() OVER (ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS range_id
-        FROM _stage_ranges
+        SELECT row, id AS range_id FROM ({numbered_rows_sql("_stage_ranges", "start_ns, end_ns DESC, kind, name, pid, tid")})
         """
     )
     con.execute(
@@ -531,22 +531,34 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
             SELECT r.rank, i.range_id, r.pid, r.tid, list_position(k.kinds, r.kind) AS kind, r.start_ns, r.end_ns
             FROM _stage_ranges r JOIN _range_ids i ON i.row = r.rowid, kinds k
         ),
+        lanes AS (  -- each (rank, pid, tid, kind) numbered, so that one integer sorts as the four would
+            SELECT rank, pid, tid, kind, row_number() OVER () AS lane
+            FROM (SELECT DISTINCT rank, pid, tid, kind FROM numbered)
+        ),
         edges AS (
-            SELECT rank, range_id, pid, tid, kind, start_ns AS t, 1 AS delta, 1 AS ord, -end_ns AS tie
-            FROM numbered
-            UNION ALL
-            SELECT rank, range_id, pid, tid, kind, end_ns, -1, CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, 0
-            FROM numbered
+            -- the sort key packed in one HUGEINT: the lane, the instant (shifted to be unsigned) and `ord` (ends
+            -- before starts at one instant, a zero-length range's end after them); among starts at one instant
+            -- the range id orders the longer first, as it is numbered by (start, end descending)
+            SELECT n.range_id, (l.lane::HUGEINT << 66) AS lane_key, n.start_ns, n.end_ns
+            FROM numbered n JOIN lanes l
+              ON l.rank = n.rank AND l.pid IS NOT DISTINCT FROM n.pid AND l.tid IS NOT DISTINCT FROM n.tid
+             AND l.kind = n.kind
         ),
         depths AS (
-            -- every range opens and closes on its own (pid, tid, kind), so the deltas of each such group
-            -- sum to zero and one running sum over all groups in order equals the per-group one; an
-            -- unpartitioned window sorts in parallel, one partitioned by a few hot threads does not
-            SELECT range_id,
-                   sum(delta) OVER (ORDER BY rank, pid, tid, kind, t, ord, tie, range_id
-                                    ROWS UNBOUNDED PRECEDING) - 1 AS depth
-            FROM edges
-            QUALIFY delta = 1
+            -- every range opens and closes on its own lane, so the deltas of each lane sum to zero and one
+            -- running sum over all lanes in order equals the per-lane one. The sort runs on every core and the
+            -- sum streams over its order (an empty OVER): a sorted window over eight keys took half as long again
+            SELECT range_id, depth
+            FROM (SELECT range_id, delta, sum(delta) OVER (ROWS UNBOUNDED PRECEDING) - 1 AS depth
+                  FROM (SELECT range_id, lane_key + ((start_ns::HUGEINT + 9223372036854775808) << 2) + 1 AS edge,
+                               1 AS delta
+                        FROM edges
+                        UNION ALL
+                        SELECT range_id, lane_key + ((end_ns::HUGEINT + 9223372036854775808) << 2)
+                                             + CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, -1
+                        FROM edges
+                        ORDER BY edge, range_id))
+            WHERE delta = 1
         )
         SELECT r.rank, i.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
                r.end_ns - r.start_ns, d.depth, r.external_id, r.input_dims, r.input_types, r.input_values, r.flops
