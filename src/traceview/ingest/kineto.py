@@ -578,9 +578,13 @@ def _insert_devices(con, meta: dict, rank: int) -> None:
 def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> None:
     """Split the raw events into the staged contract tables, with times in integer ns."""
     params = {"rank": rank, "base_ns": base_ns}
+    # ts and dur are exact decimals with 3 places, so the end in ns is the start plus the duration, each exact; the
+    # start computed once (DuckDB shares the repeated expression) and the duration's short arithmetic are cheaper
+    # than a second DECIMAL(38) sum and rescale (the 10x vLLM trace's 1.5 M events: 0.27 -> 0.20 s)
     times_sql = """
         $base_ns::BIGINT + CAST(ts * 1000 AS BIGINT) AS start_ns,
-        $base_ns::BIGINT + CAST((ts + CASE WHEN dur > 0 THEN dur ELSE 0 END) * 1000 AS BIGINT) AS end_ns"""
+        $base_ns::BIGINT + CAST(ts * 1000 AS BIGINT) + CAST(CASE WHEN dur > 0 THEN dur ELSE 0 END * 1000 AS BIGINT)
+            AS end_ns"""
     host_ids_sql = """
         TRY_CAST(json_extract_string(pid, '$') AS BIGINT) AS pid,
         TRY_CAST(json_extract_string(tid, '$') AS BIGINT) AS tid"""
