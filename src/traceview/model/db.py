@@ -471,12 +471,13 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, link: LaunchLink) -> None:
         f"""
         INSERT INTO kernels
         WITH launches AS (
-            -- the first launch call of each correlation id (an aggregate: cheaper than a window)
-            SELECT rank, pid, correlation_id, launch.tid, launch.name, launch.call_id
-            FROM (SELECT rank, pid, correlation_id,
-                         arg_min({{'tid': tid, 'name': name, 'call_id': call_id}}, start_ns) AS launch
+            -- the first launch call of each correlation id (an aggregate: cheaper than a window), its thread and
+            -- name joined back by id: carrying them through the aggregate as a struct cost more than the join
+            SELECT l.rank, l.pid, l.correlation_id, a.tid, a.name, l.call_id
+            FROM (SELECT rank, pid, correlation_id, arg_min(call_id, start_ns) AS call_id
                   FROM api_calls WHERE correlation_id IS NOT NULL AND is_launch
-                  GROUP BY rank, pid, correlation_id)
+                  GROUP BY rank, pid, correlation_id) l
+            JOIN api_calls a ON a.rank = l.rank AND a.call_id = l.call_id
         ),
         ids AS ({numbered_rows_sql("_stage_kernels", "start_ns, end_ns, device_id, stream_id, correlation_id, name")})
         SELECT k.rank, ids.id,
