@@ -87,10 +87,17 @@ launches AS MATERIALIZED (
     GROUP BY l.rank, l.call_id
 ),
 streamed AS (
-    SELECT *,
-           lag(end_ns) OVER w AS p_end_ns, lag(ptype) OVER w AS p_ptype, lag(id) OVER w AS p_id
-    FROM linked
-    WINDOW w AS (PARTITION BY rank, device_id, stream_id ORDER BY start_ns, end_ns, ptype, id)
+    -- each op's predecessor on its stream: one unpartitioned order, sorted on every core, read by streaming windows
+    -- (an empty OVER); a window partitioned by the few hot streams sorted each on one core
+    SELECT * EXCLUDE (same_stream, l_end_ns, l_ptype, l_id),
+           CASE WHEN same_stream THEN l_end_ns END AS p_end_ns, CASE WHEN same_stream THEN l_ptype END AS p_ptype,
+           CASE WHEN same_stream THEN l_id END AS p_id
+    FROM (SELECT *,
+                 lag(rank) OVER w = rank AND lag(device_id) OVER w IS NOT DISTINCT FROM device_id
+                     AND lag(stream_id) OVER w IS NOT DISTINCT FROM stream_id AS same_stream,
+                 lag(end_ns) OVER w AS l_end_ns, lag(ptype) OVER w AS l_ptype, lag(id) OVER w AS l_id
+          FROM (SELECT * FROM linked ORDER BY rank, device_id, stream_id, start_ns, end_ns, ptype, id)
+          WINDOW w AS (ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW))
 ),
 device_ends AS (
     -- per device, the op that ended at each end time (the latest-starting of equals)
