@@ -10,6 +10,7 @@ early, and a renderer started for nothing ends when the command does (its stdin 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 # the group's options that take a value (`traceview --cache-dir DIR report ...`); tests/test_launch.py checks the list
@@ -17,14 +18,18 @@ GROUP_OPTIONS_WITH_VALUES = ("--memory-limit", "--cache-dir")
 
 
 def main() -> None:
-    try:
-        _start_renderers(sys.argv[1:])
-        from traceview.cli import main as run_command
-    except KeyboardInterrupt:  # a Ctrl-C before the command line can say it in its own words
+    # a Ctrl-C before the command line can say it in its own words is noted, not raised: raised inside an
+    # extension module's import (DuckDB's), it aborts the interpreter
+    interrupts = []
+    signal.signal(signal.SIGINT, lambda signum, frame: interrupts.append(signum))
+    _start_renderers(sys.argv[1:])
+    from traceview.cli import main as run_command
+
+    if interrupts:
         sys.stderr.write("traceview: interrupted\n")
         sys.stderr.flush()
         os._exit(130)
-    run_command()
+    run_command()  # which handles SIGINT itself from here on
 
 
 def report_formats(args: list[str]) -> str | None:
