@@ -480,7 +480,9 @@ def finish_kernels(con: duckdb.DuckDBPyConnection, link: LaunchLink) -> None:
                   GROUP BY rank, pid, correlation_id) l
             JOIN api_calls a ON a.rank = l.rank AND a.call_id = l.call_id
         ),
-        ids AS ({numbered_rows_sql("_stage_kernels", "start_ns, end_ns, device_id, stream_id, correlation_id, name")})
+        ids AS (
+            {numbered_rows_sql("_stage_kernels", "start_ns, end_ns, device_id, stream_id, correlation_id, name")}
+        )
         SELECT k.rank, ids.id,
                k.device_id, k.stream_id, coalesce(a.pid, k.pid), a.tid,
                k.start_ns, k.end_ns, k.end_ns - k.start_ns, k.name, k.short_name,
@@ -520,7 +522,8 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _range_ids AS
-        SELECT row, id AS range_id FROM ({numbered_rows_sql("_stage_ranges", "start_ns, end_ns DESC, kind, name, pid, tid")})
+        SELECT row, id AS range_id
+        FROM ({numbered_rows_sql("_stage_ranges", "start_ns, end_ns DESC, kind, name, pid, tid")})
         """
     )
     con.execute(

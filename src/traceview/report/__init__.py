@@ -62,7 +62,6 @@ class Renderer:
         threading.Thread(target=load, name=f"prepare-{self.name}", daemon=True).start()
         return self.render
 
-
     def start_early(self) -> None:
         """Start this format's renderer process now, before the command line's imports, for `start` to hand
         over (traceview/launch.py); unclaimed, it ends with the command."""
