@@ -72,3 +72,21 @@ def test_range_nesting_depth(tmp_path: Path) -> None:
     trace = traceview.load(write_nsys(spec, tmp_path / "nest.sqlite"))
     depths = dict(trace.con.execute("SELECT name, depth FROM ranges").fetchall())
     assert depths == {"outer": 0, "a": 1, "b": 1, "a.1": 2, "b.0": 2}
+
+
+def test_range_depth_is_per_thread_and_kind_and_the_longer_of_two_opening_together_is_the_parent(tmp_path) -> None:
+    """Depth counts only the ranges of the range's own thread and kind, in one sorted pass over all of them: of
+    two opening together the longer holds the shorter, whichever is listed first; another thread's ranges and
+    another kind's on the same thread, open at the same time, do not count."""
+    ranges = (
+        Range("short", 10_000, 20_000, kind="cpu_op"), Range("long", 10_000, 50_000, kind="cpu_op"),
+        Range("inner", 10_000, 15_000, kind="cpu_op"), Range("after", 20_000, 30_000, kind="cpu_op"),
+        Range("annotation", 0, 60_000, kind="user_annotation"),
+        Range("other thread", 5_000, 60_000, tid=2000, kind="cpu_op"),
+        Range("other thread child", 10_000, 12_000, tid=2000, kind="cpu_op"),
+    )
+    spec = TraceSpec(gpus=(GPU,), kernels=(Kernel("k", 60_000, 1_000),), ranges=ranges)
+    trace = traceview.load(write_kineto(spec, tmp_path / "lanes.pt.trace.json"))
+    depths = dict(trace.con.execute("SELECT name, depth FROM ranges").fetchall())
+    assert depths == {"long": 0, "short": 1, "inner": 2, "after": 1, "annotation": 0,
+                      "other thread": 0, "other thread child": 1}
