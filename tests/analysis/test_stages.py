@@ -151,10 +151,15 @@ def test_the_stages_running_at_once_share_the_cores(all_cores: int) -> None:
     con = duckdb.connect()
     db.create_schema(con)
     seen: dict[str, int] = {}
+    # the two side by side read their setting before either ends: on a busy machine `second` could start so late
+    # that `first` had ended and handed it all the cores
+    both_read = threading.Barrier(2, timeout=60)
 
     def stage(name: str, requires: tuple[str, ...] = ("kernels",)) -> Stage:
         def run(cursor, context) -> None:
             seen[name] = cursor.execute("SELECT current_setting('threads')").fetchall()[0][0]
+            if name != "last":
+                both_read.wait()
             cursor.execute(f"CREATE OR REPLACE TABLE t_{name} AS SELECT 1 AS x")
         return Stage(name, name, requires=requires, creates=(Relation(f"t_{name}", "x", {"x": "x"}),), run=run)
 
