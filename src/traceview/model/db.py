@@ -570,7 +570,6 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
         FROM _stage_ranges r
         JOIN _range_ids i ON i.row = r.rowid
         JOIN depths d ON d.range_id = i.range_id
-        ORDER BY i.range_id
         """
     )
     con.execute("DROP TABLE _range_ids")
