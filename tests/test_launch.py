@@ -11,7 +11,7 @@ import pytest
 from commands import traceview_cli, traceview_process
 from conftest import MACHINE_CPUS, REPO
 from traceview import report
-from traceview.launch import GROUP_OPTIONS_WITH_VALUES, report_formats
+from traceview.launch import GROUP_OPTIONS_WITH_VALUES, report_formats, start_renderers
 from traceview.report import REPORT
 
 SAMPLE = REPO / "sample_traces" / "llm_serving.sqlite"
@@ -40,9 +40,11 @@ def test_the_group_options_that_take_a_value_are_the_command_lines() -> None:
 
 @pytest.mark.skipif(len(MACHINE_CPUS) < 2, reason="with one core the HTML renderer loads on a thread, not in a process")
 def test_the_command_line_claims_the_renderer_started_early(all_cores) -> None:
-    REPORT["md"].start_early()  # renders in the command's own process
+    start_renderers(["report", "run.sqlite", "--format", "pdf"])  # the command line names the bad format
+    start_renderers(["report", "run.sqlite", "--format", "md"])  # Markdown renders in the command's own process
     assert report._STARTED_EARLY == {}
-    REPORT["html"].start_early()
+    start_renderers(["--debug", "report", "run.sqlite", "--format", "md,html"])
+    assert list(report._STARTED_EARLY) == [REPORT["html"]]
     early = report._STARTED_EARLY[REPORT["html"]]
     assert REPORT["html"].start() is early and report._STARTED_EARLY == {}
     early.process.stdin.close()  # unclaimed by a document, it ends quietly

@@ -22,7 +22,7 @@ def main() -> None:
     # extension module's import (DuckDB's), it aborts the interpreter
     interrupts = []
     signal.signal(signal.SIGINT, lambda signum, frame: interrupts.append(signum))
-    _start_renderers(sys.argv[1:])
+    start_renderers(sys.argv[1:])
     from traceview.cli import main as run_command
 
     if interrupts:
@@ -60,7 +60,8 @@ def _command(args: list[str]) -> tuple[str | None, list[str]]:
     return (args[i], args[i + 1:]) if i < len(args) else (None, [])
 
 
-def _start_renderers(args: list[str]) -> None:
+def start_renderers(args: list[str]) -> None:
+    """Start the renderer processes of the formats a `report` command line asks for (`Renderer.start_early`)."""
     formats = report_formats(args)
     if formats is None:
         return

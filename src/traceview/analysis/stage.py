@@ -87,7 +87,8 @@ def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], contex
     done: set[str] = set()
     waiting = list(stages)
     shared = 0  # the stages the cores are shared among now
-    sized = con.execute("SELECT current_setting('threads')").fetchall()[0][0]  # as db.fit_to_size set it
+    # the share the rules and report sections after are sized for (db.fit_to_size), put back when the stages end
+    sized = con.execute("SELECT current_setting('threads')").fetchall()[0][0] if share_cores else None
     try:
         with profiling.overlapping("analysis"), db.cursor_pool(con, threads) as submit:
             running: dict[Future, Stage] = {}
@@ -105,7 +106,7 @@ def run_stages(con: duckdb.DuckDBPyConnection, stages: tuple[Stage, ...], contex
                     done.add(running.pop(future).name)
                     future.result()  # a failure starts no more stages; leaving the pool waits for the running ones
     finally:
-        if share_cores:  # back to the share the rules and report sections after are sized for
+        if share_cores:
             con.execute("SET threads = $threads", {"threads": sized})
 
 

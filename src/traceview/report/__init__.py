@@ -47,7 +47,8 @@ class Renderer:
         """This format's render function, with what it renders with (HTML: altair, the chart code, the
         templates, the Vega bundle) loading from now on, so that it overlaps the analysis. On a machine with a
         second core the loading, and then the render, run in a process of their own (report/worker.py): on a
-        thread, altair's import holds the GIL the analysis's Python needs. With one core, on a thread."""
+        thread, altair's import holds the GIL the analysis's Python needs; the entry point may have started that
+        process already (`start_early`), and it is the one handed back. With one core, on a thread."""
         if self.prepare is None:
             return self.render
         if _renders_in_a_process():

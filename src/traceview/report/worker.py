@@ -1,4 +1,5 @@
-"""A format's renderer in a process of its own, loaded while the parent reads and analyses the trace.
+"""A format's renderer in a process of its own, loaded while the parent imports, reads and analyses the trace
+(traceview/launch.py starts it before the command line's imports).
 
 The HTML page renders with altair, whose import alone is a quarter of a second of Python. On a thread
 that import holds the GIL that the analysis's Python needs; in this process it runs on the second core.
