@@ -193,6 +193,90 @@ def test_a_trace_the_parts_cannot_parse_falls_back_to_the_file_and_its_repairs(t
     assert trace.scalar("SELECT name FROM kernels WHERE correlation_id = 5000") == "k\ufffd5000"
 
 
+def _tricky_events() -> list[dict]:
+    """Events whose arguments are of every JSON type, bare numbers DuckDB writes in other text (`1e+16`), strings
+    with escapes, keys missing, and a key that differs from a read one only by case."""
+    def event(cat: str, name: str, ts: int, args, pid=0, tid=7) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": 2, "args": args}
+    return [
+        event("cpu_op", "aten::mm", 10, {"External id": 1e16, "Input Dims": 1e-7, "Input type": ["float", "\"q\""],
+                                         "Concrete Inputs": "a\"b\u00e9", "flops": 1e300}, pid=1, tid="main"),
+        event("cpu_op", "aten::add", 20, {"External id": 5, "EXTERNAL ID": 6, "Input Dims": [[1, 2], [], [3e21]],
+                                          "Concrete Inputs": ["", "0.5"], "flops": 1.5e12}, pid="1", tid=1.0),
+        event("cuda_runtime", "cudaLaunchKernel", 11, {"correlation": 1e16, "External id": 1e16}, pid=1, tid="main"),
+        event("kernel", "k", 30, {"correlation": 1e16, "device": 0.0, "stream": "7", "grid": [1, 2.0, 1e21],
+                                  "block": "[4, 1, 1]", "registers per thread": True, "shared memory": None,
+                                  "graph id": 1e300, "kind": "Dispatch Task"}),
+        event("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", 40, {"bytes": 1e16, "kind": 1e300, "device": 0}),
+        event("gpu_memset", "Memset (Device)", 50, {"size": "5", "kind": {"k": [1, 2]}, "device": "0"}),
+        event("kernel", "k2", 60, {}),
+    ]
+
+
+@pytest.mark.parametrize("trace", ["vllm-h100", "tricky-args"])
+def test_args_read_as_a_struct_give_the_tables_json_gives(tmp_path, monkeypatch, trace) -> None:
+    """Every table must be the same whether `args` is read as a struct or as JSON text."""
+    import traceview
+    from traceview.ingest import kineto
+
+    path = VLLM_H100 if trace == "vllm-h100" else tmp_path / "tricky.json"
+    if trace == "tricky-args":
+        path.write_text(json.dumps({"traceEvents": _tricky_events()}))
+    forms = []
+    real_read = kineto._read_events_file
+    monkeypatch.setattr(kineto, "_read_events_file", lambda *args: forms.append(args[-1]) or real_read(*args))
+    struct = _contents(traceview.load(path))
+    assert forms[0] is True
+    real_sql, real_params = kineto._events_sql, kineto._events_params
+    monkeypatch.setattr(kineto, "_events_sql", lambda struct_args: real_sql(False))
+    monkeypatch.setattr(kineto, "_events_params", lambda files, size, struct_args: real_params(files, size, False))
+    assert struct == _contents(traceview.load(path))
+    if trace == "tricky-args":
+        assert struct["ranges"][0][11:] == (10**16, "1e-7", '["float","\\"q\\""]', 'a"bé', 1e300)
+        assert struct["memops"][0][4] == 10**16
+        assert struct["kernels"][0][19:21] == (10**16, "graph")
+
+
+@pytest.mark.parametrize("args, expected", [
+    ({"correlation": 3, "correlation": 4}, 3),  # noqa: F601 - a key twice: json_extract_string takes the first
+    ("not an object", None),
+], ids=["key-twice", "args-a-string"])
+def test_args_the_struct_cannot_hold_are_read_as_json(tmp_path, args, expected) -> None:
+    """Where DuckDB's struct read refuses an event, the JSON form reads the file, with the same values."""
+    import traceview
+
+    events = _kernel_events(50)
+    path = tmp_path / "odd_args.json"
+    text = json.dumps({"traceEvents": events})
+    odd = '{"correlation": 3, "correlation": 4}' if isinstance(args, dict) else json.dumps(args)
+    path.write_text(text.replace('"args": {"correlation": 49, "device": 0, "stream": 7}', f'"args": {odd}'))
+    trace = traceview.load(path)
+    assert trace.scalar("SELECT count(*) FROM kernels") == 50
+    assert trace.scalar("SELECT correlation_id FROM kernels WHERE name = 'k49'") == expected
+
+
+def test_a_legacy_key_in_a_late_part_reads_the_file_as_json(tmp_path, monkeypatch) -> None:
+    """`external id` (2021 traces) cannot sit in the struct beside `External id`: where its text appears, even
+    in the last part after the first ones were parsed as structs, the JSON form reads the file."""
+    import traceview
+    from traceview.ingest import kineto
+
+    for name, size in (("PART_BYTES", 4000), ("READ_CHUNK", 4000), ("TAIL_BYTES", 1000)):
+        monkeypatch.setattr(kineto, name, size)
+    forms = []
+    real_parse = kineto._parse_part
+    monkeypatch.setattr(kineto, "_parse_part", lambda *args: forms.append(args[-1]) or real_parse(*args))
+    events = _kernel_events(3000)
+    events.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5000, "dur": 1,
+                   "args": {"external id": 42}})
+    path = tmp_path / "legacy_key.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = traceview.load(path)
+    assert forms[0] is True and forms[-1] is False
+    assert trace.scalar("SELECT external_id FROM ranges WHERE name = 'aten::mm'") == 42
+    assert trace.scalar("SELECT count(*) FROM kernels") == 3000
+
+
 @pytest.mark.slow
 def test_an_event_larger_than_the_parse_buffer_still_loads(tmp_path) -> None:
     """DuckDB's reader refuses records over its object-size limit; one huge `args` must not fail the trace."""

@@ -5,7 +5,9 @@ slow, so the array is streamed (decompressing on the fly) into temporary part fi
 boundaries, and DuckDB reads them as arrays of records with declared column types, one part per
 thread and without a Python object per event; each part is parsed as soon as it is written, while the
 next one is still being decompressed. `ts`/`dur` are read as DECIMAL(38,3) microseconds, which is exact
-to the nanosecond that Kineto prints; no rounding to whole microseconds.
+to the nanosecond that Kineto prints; no rounding to whole microseconds. `args` is read as a struct of the
+keys we use, so each value comes from DuckDB's one parse of the event; a file the struct cannot hold is read
+with `args` as JSON text, and the tables are the same either way.
 """
 
 from __future__ import annotations
@@ -68,26 +70,53 @@ EVENT_COLUMNS = {
     "args": "JSON",
 }
 
-# Argument paths read from every event, parsed once per event by json_extract_string.
-ARG_PATHS = {
-    "correlation": "$.correlation",
-    "external_id": '$."External id"',
-    "legacy_external_id": '$."external id"',
-    "device": "$.device",
-    "stream": "$.stream",
-    "grid": "$.grid",
-    "block": "$.block",
-    "registers": '$."registers per thread"',
-    "shared_memory": '$."shared memory"',
-    "bytes": "$.bytes",
-    "size": "$.size",
-    "kind": "$.kind",
-    "graph_id": '$."graph id"',
-    "graph_node_id": '$."graph node id"',
-    "input_dims": '$."Input Dims"',
-    "input_types": '$."Input type"',
-    "input_values": '$."Concrete Inputs"',
-    "flops": "$.flops",
+# Argument keys read from every event, as `arg_<name>`: the value's text, a string unquoted (json_extract_string).
+ARG_KEYS = {
+    "correlation": "correlation",
+    "external_id": "External id",
+    "legacy_external_id": "external id",
+    "device": "device",
+    "stream": "stream",
+    "grid": "grid",
+    "block": "block",
+    "registers": "registers per thread",
+    "shared_memory": "shared memory",
+    "bytes": "bytes",
+    "size": "size",
+    "kind": "kind",
+    "graph_id": "graph id",
+    "graph_node_id": "graph node id",
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "input_values": "Concrete Inputs",
+    "flops": "flops",
+}
+
+
+def _struct_keys() -> tuple[dict[str, str], list[bytes]]:
+    """The keys a STRUCT type can hold (DuckDB's field names ignore case, JSON's keys do not), and the quoted
+    text of the others: the struct read leaves those NULL, so it is only used on files without that text."""
+    held: dict[str, str] = {}
+    for name, key in ARG_KEYS.items():
+        if key.lower() not in {k.lower() for k in held.values()}:
+            held[name] = key
+    return held, [json.dumps(key).encode() for name, key in ARG_KEYS.items() if name not in held]
+
+
+STRUCT_ARG_KEYS, STRUCT_BLIND_KEYS = _struct_keys()
+BLIND_KEY_BYTES = max(map(len, STRUCT_BLIND_KEYS), default=1) - 1  # a key split across two writes
+# Arguments whose text is kept or compared as text. The others are only cast to numbers, and DuckDB's VARCHAR
+# writes a bare number as `1e+16` where json_extract_string writes `10000000000000000.0`: the same number, other
+# text. These are read as JSON, whose text json_extract_string unquotes where it is a string.
+ARGS_KEPT_AS_TEXT = frozenset({"kind", "input_dims", "input_types", "input_values"})
+# The same events read with `args` as a STRUCT of the keys and pid/tid as text: DuckDB then takes each value
+# straight from its parse instead of keeping `args` as JSON text and parsing it again (the 10x vLLM trace: 3.2 ->
+# 2.4 s on one thread). It fails where json_extract_string would not (args not an object, a key twice), and the
+# JSON form then reads the file.
+STRUCT_EVENT_COLUMNS = {
+    **EVENT_COLUMNS, "pid": "VARCHAR", "tid": "VARCHAR",
+    "args": "STRUCT({})".format(", ".join(
+        f"{json.dumps(key)} {'JSON' if name in ARGS_KEPT_AS_TEXT else 'VARCHAR'}" for name, key in STRUCT_ARG_KEYS.items())),
 }
 
 
@@ -321,10 +350,13 @@ class _PartFiles:
     with `]` and the next opened with `[`, so every part is an array of whole events, and handed to
     `finished` as soon as the next one opens. A cut that lands inside an event (a `},{` within args
     or a string) leaves a part that does not parse; the caller then reads the trace as one file.
+    `struct_args` stays true while none of STRUCT_BLIND_KEYS has been written: the parts so far can be read
+    with `args` as a struct.
     """
 
     def __init__(self, directory: Path, finished: Callable[[Path], None]):
         self.directory, self.finished, self.paths, self.file, self.size = directory, finished, [], None, 0
+        self.struct_args, self._last = True, b""
         self._next_part()
 
     def _next_part(self) -> None:
@@ -336,6 +368,10 @@ class _PartFiles:
 
     def write(self, data) -> None:
         data, done = bytes(data), 0
+        if self.struct_args:
+            edge = self._last + data[:BLIND_KEY_BYTES]
+            self.struct_args = not any(key in data or key in edge for key in STRUCT_BLIND_KEYS)
+            self._last = data[len(data) - BLIND_KEY_BYTES:]
         while (start := done + max(PART_BYTES - self.size, 0)) < len(data) and (
                 cut := _EVENT_BOUNDARY.search(data, start)):
             self.file.write(data[done:cut.start() + 1])
@@ -367,7 +403,7 @@ def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict,
         parsed: list[Future] = []
         with db.cursor_pool(con, cores) as submit:
             def parse(part: Path) -> None:
-                parsed.append(submit(_parse_part, part, len(parsed), gate))
+                parsed.append(submit(_parse_part, part, len(parsed), gate, parts.struct_args))
 
             parts = _PartFiles(Path(tmp), parse)
             try:
@@ -378,7 +414,8 @@ def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict,
                     gate.release(cores - while_decompressing)
             if cuts is None and len(parts.paths) > 1:
                 parse(parts.paths[-1])
-        if len(parsed) == len(parts.paths) and cuts is None and all(f.result() is None for f in parsed):
+        if (len(parsed) == len(parts.paths) and cuts is None and all(f.result() is None for f in parsed)
+                and parts.struct_args):
             _view_parts(con, len(parsed))
             return meta, []
         _drop_events(con)
@@ -389,22 +426,22 @@ def _load_event_parts(con: duckdb.DuckDBPyConnection, path: Path) -> tuple[dict,
             with events_file.open("wb") as sink:
                 meta, cuts = copy_events(path, sink)
         if cuts is None:
-            notes = _load_events(con, events_file, path)
+            notes = _load_events(con, events_file, path, parts.struct_args)
         else:
-            notes = _salvage_events(con, events_file, path, cuts)
+            notes = _salvage_events(con, events_file, path, cuts, parts.struct_args)
     _view_parts(con, 1)
     return meta, notes
 
 
 def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int,
-                gate: threading.Semaphore) -> duckdb.Error | None:
+                gate: threading.Semaphore, struct_args: bool) -> duckdb.Error | None:
     """One part's events into its table, in the main schema (a temporary table is its cursor's alone), once
     `gate` lets it run; the error of a part that does not parse is returned, not raised: the trace is then
     read as one file."""
     with gate:
         try:
-            con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + str(index))} AS {_events_sql()}",
-                        _events_params([str(part)], EVENT_BYTES))
+            con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + str(index))} AS {_events_sql(struct_args)}",
+                        _events_params([str(part)], EVENT_BYTES, struct_args))
         except duckdb.Error as exc:
             return exc
     return None
@@ -424,7 +461,8 @@ def _drop_events(con: duckdb.DuckDBPyConnection) -> None:
         con.execute(f"DROP TABLE {db.ident(name)}")
 
 
-def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list[tuple[str, str]]:
+def _salvage_events(con, events_file: Path, path: Path, cuts: list[int],
+                    struct_args: bool) -> list[tuple[str, str]]:
     """Keep the complete events of a trace whose traceEvents array was never closed.
 
     A profiler killed mid-write leaves a valid prefix; cutting after the last complete event and
@@ -436,7 +474,7 @@ def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list
             f.seek(cut)
             f.write(b"]")
         try:
-            notes = _load_events(con, events_file, path)
+            notes = _load_events(con, events_file, path, struct_args)
         except TraceviewError:
             continue
         kept = con.execute(f"SELECT count(*) FROM {db.ident(PART_TABLE + '0')}").fetchall()[0][0]
@@ -447,12 +485,20 @@ def _salvage_events(con, events_file: Path, path: Path, cuts: list[int]) -> list
                          "and no complete event could be recovered")
 
 
-def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path) -> list[tuple[str, str]]:
+def _load_events(con: duckdb.DuckDBPyConnection, events_file: Path, path: Path,
+                 struct_args: bool) -> list[tuple[str, str]]:
     """Read the events into _kineto_events; returns diagnostics (code, message) to add.
 
-    DuckDB rejects invalid UTF-8, which real traces carry in truncated kernel names: the file is
-    then rewritten with U+FFFD replacements and read again, with an `invalid_utf8` diagnostic.
+    With `struct_args` the struct form is tried first; where it fails, the JSON form reads the file and
+    gives the errors. DuckDB rejects invalid UTF-8, which real traces carry in truncated kernel names: the
+    file is then rewritten with U+FFFD replacements and read again, with an `invalid_utf8` diagnostic.
     """
+    if struct_args:
+        try:
+            _read_events_file(con, events_file, EVENT_BYTES, True)
+            return []
+        except duckdb.Error:
+            pass
     try:
         _read_events_file_any_size(con, events_file)
         return []
@@ -511,33 +557,54 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
 
 
 def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path,
-                      max_event_bytes: int = EVENT_BYTES) -> None:
+                      max_event_bytes: int = EVENT_BYTES, struct_args: bool = False) -> None:
     """Parse the whole events file into the first part's table."""
-    con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + '0')} AS {_events_sql()}",
-                _events_params([str(events_file)], max_event_bytes))
+    con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + '0')} AS {_events_sql(struct_args)}",
+                _events_params([str(events_file)], max_event_bytes, struct_args))
 
 
-def _events_sql() -> str:
-    """The events of the JSON files listed in $files, with the argument values we read; _events_params gives
-    the parameters: the columns and their types, the argument paths (each `arg_<name>` is the element of the
-    list json_extract_string returns at `$at_<name>`), the legacy category names and the event size limit."""
-    arg_list_sql = ", ".join(f"a[$at_{name}] AS {db.ident('arg_' + name)}" for name in ARG_PATHS)
+def _events_sql(struct_args: bool) -> str:
+    """The events of the JSON files listed in $files, with the argument values we read, each `arg_<name>` as
+    text (None where the event lacks it) and pid/tid as text; _events_params gives the parameters: the columns
+    and their types, the argument keys, the legacy category names and the event size limit. With
+    `struct_args`, `args` is read as STRUCT_EVENT_COLUMNS' struct, else as JSON text, whose values
+    json_extract_string returns: the same text either way."""
+    if struct_args:
+        args_sql = ", ".join(f"{_struct_arg_sql(name)} AS {db.ident('arg_' + name)}" for name in ARG_KEYS)
+        values_sql, hosts_sql = "", "pid, tid"
+    else:
+        args_sql = ", ".join(f"a[$at_{name}] AS {db.ident('arg_' + name)}" for name in ARG_KEYS)
+        values_sql = ", json_extract_string(args, $arg_paths) AS a"
+        hosts_sql = "json_extract_string(pid, '$') AS pid, json_extract_string(tid, '$') AS tid"
     legacy_sql = " ".join(f"WHEN $legacy_{i} THEN $category_{i}" for i in range(len(LEGACY_CATEGORIES)))
     return f"""
-        SELECT ph, coalesce(map_cat, cat) AS cat, name, pid, tid, ts, dur, {arg_list_sql}
+        SELECT ph, coalesce(map_cat, cat) AS cat, name, {hosts_sql}, ts, dur, {args_sql}
         FROM (
-            SELECT *, json_extract_string(args, $arg_paths) AS a,
-                   CASE cat {legacy_sql} END AS map_cat
+            SELECT *{values_sql}, CASE cat {legacy_sql} END AS map_cat
             FROM read_json($files, format = 'array', columns = $columns, maximum_object_size = $max_event_bytes)
             WHERE ph IN ('X', 'i', 'I')
         )
         """
 
 
-def _events_params(files: list[str], max_event_bytes: int) -> dict:
-    """The parameters of _events_sql for these files."""
-    return {"files": files, "columns": EVENT_COLUMNS, "max_event_bytes": max_event_bytes,
-            "arg_paths": list(ARG_PATHS.values()), **{f"at_{name}": i for i, name in enumerate(ARG_PATHS, 1)},
+def _struct_arg_sql(name: str) -> str:
+    """One argument of the struct form as the text json_extract_string gives."""
+    if name not in STRUCT_ARG_KEYS:
+        return "NULL::VARCHAR"
+    if name in ARGS_KEPT_AS_TEXT:
+        return (f"CASE WHEN starts_with(args[$key_{name}], '\"') THEN json_extract_string(args[$key_{name}], '$') "
+                f"ELSE args[$key_{name}]::VARCHAR END")
+    return f"args[$key_{name}]"
+
+
+def _events_params(files: list[str], max_event_bytes: int, struct_args: bool) -> dict:
+    """The parameters of _events_sql(struct_args) for these files."""
+    if struct_args:
+        keys = {"columns": STRUCT_EVENT_COLUMNS, **{f"key_{name}": key for name, key in STRUCT_ARG_KEYS.items()}}
+    else:
+        keys = {"columns": EVENT_COLUMNS, "arg_paths": [f"$.{json.dumps(key)}" for key in ARG_KEYS.values()],
+                **{f"at_{name}": i for i, name in enumerate(ARG_KEYS, 1)}}
+    return {"files": files, "max_event_bytes": max_event_bytes, **keys,
             **{f"legacy_{i}": legacy for i, legacy in enumerate(LEGACY_CATEGORIES)},
             **{f"category_{i}": category for i, category in enumerate(LEGACY_CATEGORIES.values())}}
 
@@ -585,9 +652,7 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
         $base_ns::BIGINT + CAST(ts * 1000 AS BIGINT) AS start_ns,
         $base_ns::BIGINT + CAST(ts * 1000 AS BIGINT) + CAST(CASE WHEN dur > 0 THEN dur ELSE 0 END * 1000 AS BIGINT)
             AS end_ns"""
-    host_ids_sql = """
-        TRY_CAST(json_extract_string(pid, '$') AS BIGINT) AS pid,
-        TRY_CAST(json_extract_string(tid, '$') AS BIGINT) AS tid"""
+    host_ids_sql = "TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid"
     con.execute(
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_api_calls AS
@@ -603,9 +668,9 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
         f"""
         CREATE OR REPLACE TEMP TABLE _stage_kernels AS
         SELECT $rank AS rank,
-               coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(json_extract_string(pid, '$') AS INTEGER)) AS device_id,
+               coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(pid AS INTEGER)) AS device_id,
                coalesce(TRY_CAST(arg_stream AS BIGINT),
-                        TRY_CAST(regexp_extract(json_extract_string(tid, '$'), '([0-9]+)', 1) AS BIGINT)) AS stream_id,
+                        TRY_CAST(regexp_extract(tid, '([0-9]+)', 1) AS BIGINT)) AS stream_id,
                NULL::BIGINT AS pid, {times_sql}, coalesce(name, '') AS name, NULL::VARCHAR AS short_name,
                TRY_CAST(json_extract_string(arg_grid, '$[0]') AS BIGINT) AS grid_x,
                TRY_CAST(json_extract_string(arg_grid, '$[1]') AS BIGINT) AS grid_y,
@@ -638,7 +703,7 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int) -> No
                    regexp_extract(name, '\\((.+) -> ', 1) AS src_kind,
                    coalesce(regexp_extract(name, '-> (.+)\\)$', 1), regexp_extract(name, '^Memset \\((.+)\\)$', 1)) AS dst_kind,
                    TRY_CAST(coalesce(arg_bytes, arg_size) AS BIGINT) AS bytes,
-                   coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(json_extract_string(pid, '$') AS INTEGER)) AS device_id,
+                   coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(pid AS INTEGER)) AS device_id,
                    TRY_CAST(arg_stream AS BIGINT) AS stream_id,
                    TRY_CAST(arg_correlation AS BIGINT) AS correlation_id
             FROM _kineto_events WHERE ph = 'X' AND cat IN ('gpu_memcpy', 'gpu_memset')
