@@ -36,6 +36,24 @@ def test_vllm_h100_timestamps_are_exact_nanoseconds() -> None:
     assert trace.scalar("SELECT dur_ns FROM kernels WHERE kernel_id = 0") == 3200
 
 
+def test_times_far_from_the_first_are_exact_nanoseconds(tmp_path) -> None:
+    """Times within 10^12 µs of the first are converted through 64-bit decimals, the rest through 128-bit ones:
+    an epoch time, a negative one and times either side of the bound are all exact."""
+    from decimal import Decimal
+
+    import traceview
+
+    times = [("0.001", "1.5"), ("1733000000000000.123", "0.001"), ("-5.5", "2"), ("12.25", "0.004"),
+             ("999999999999.999", "999999999999.999"), ("1000000000000.002", "0")]
+    text = ",".join(f'{{"ph": "X", "cat": "kernel", "name": "k{i}", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, '
+                    f'"args": {{"correlation": {i}, "device": 0, "stream": 7}}}}' for i, (ts, dur) in enumerate(times))
+    path = tmp_path / "far.json"
+    path.write_text(f'{{"baseTimeNanoseconds": 1000, "traceEvents": [{text}]}}')
+    rows = traceview.load(path).con.execute("SELECT start_ns, end_ns FROM kernels ORDER BY correlation_id").fetchall()
+    assert rows == [(1000 + int(Decimal(ts) * 1000), 1000 + int((Decimal(ts) + Decimal(dur)) * 1000))
+                    for ts, dur in times]
+
+
 def test_vllm_h100_metadata_devices_and_rank() -> None:
     trace = ingested(VLLM_H100)
     info = trace.sql("SELECT * FROM trace_info").to_dicts()[0]
