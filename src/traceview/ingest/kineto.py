@@ -116,8 +116,8 @@ ARGS_KEPT_AS_TEXT = frozenset({"kind", "input_dims", "input_types", "input_value
 # JSON form then reads the file.
 STRUCT_EVENT_COLUMNS = {
     **EVENT_COLUMNS, "pid": "VARCHAR", "tid": "VARCHAR",
-    "args": "STRUCT({})".format(", ".join(
-        f"{json.dumps(key)} {'JSON' if name in ARGS_KEPT_AS_TEXT else 'VARCHAR'}" for name, key in STRUCT_ARG_KEYS.items())),
+    "args": "STRUCT({})".format(", ".join(f"{json.dumps(key)} {'JSON' if name in ARGS_KEPT_AS_TEXT else 'VARCHAR'}"
+                                          for name, key in STRUCT_ARG_KEYS.items())),
 }
 
 
@@ -593,10 +593,11 @@ def _struct_arg_sql(name: str) -> str:
     """One argument of the struct form as the text json_extract_string gives."""
     if name not in STRUCT_ARG_KEYS:
         return "NULL::VARCHAR"
+    value_sql = f"args[$key_{name}]"
     if name in ARGS_KEPT_AS_TEXT:
-        return (f"CASE WHEN starts_with(args[$key_{name}], '\"') THEN json_extract_string(args[$key_{name}], '$') "
-                f"ELSE args[$key_{name}]::VARCHAR END")
-    return f"args[$key_{name}]"
+        return (f"CASE WHEN starts_with({value_sql}, '\"') THEN json_extract_string({value_sql}, '$') "
+                f"ELSE {value_sql}::VARCHAR END")
+    return value_sql
 
 
 def _events_params(files: list[str], max_event_bytes: int, struct_args: bool) -> dict:
