@@ -46,6 +46,23 @@ def test_analysis_limit_grows_with_kernels_more_than_host_rows() -> None:
     # memops, 1.4 M calls and ranges) of docs/performance.md
     assert memory.analysis_limit(2_000_000, 2_200_000, machine) == 2_000_000 * 1536 + 2_200_000 * 200
     assert memory.analysis_limit(138_180, 1_398_150, machine) == memory.FLOOR_BYTES
+    # its tables, 300 MB of them, then count for more than its rows
+    assert memory.analysis_limit(138_180, 1_398_150, machine, table_bytes=300_000_000) == 750_000_000
+    assert memory.analysis_limit(2_000_000, 2_200_000, machine, table_bytes=930_000_000) == 2_000_000 * 1536 + 2_200_000 * 200
+
+
+def test_load_sizes_the_limit_from_the_tables_it_loaded(monkeypatch) -> None:
+    """Rows wider than the per-row estimate (here: as if each byte of the sample's tables stood for 1,000) raise it."""
+    from traceview.model import db
+
+    monkeypatch.delenv("TRACEVIEW_MEMORY_LIMIT", raising=False)
+    monkeypatch.setattr(memory, "physical_memory", lambda: 64 << 30)
+    monkeypatch.setattr(memory, "TABLE_FACTOR", 1000)
+    with traceview.load(SAMPLE) as trace:
+        expected = memory.limit_bytes(1000 * db.table_bytes(trace.con))
+        assert expected > 2 * memory.FLOOR_BYTES
+        limit = memory.setting_bytes(trace.scalar("SELECT current_setting('memory_limit')"))
+        assert abs(limit - expected) < 0.05 * (1 << 30)  # DuckDB shows one decimal of GiB
 
 
 def test_load_sets_the_limit_from_the_rows_and_the_user_limit_wins(monkeypatch) -> None:
@@ -125,7 +142,7 @@ def test_setting_bytes_reads_sizes_as_duckdb_does(text: str, size: int) -> None:
 
 def test_load_holds_blocks_up_to_the_estimate_and_never_past_the_users_limit(monkeypatch) -> None:
     monkeypatch.delenv("TRACEVIEW_MEMORY_LIMIT", raising=False)
-    monkeypatch.setattr(memory, "analysis_limit", lambda kernels, host_rows: 3_000_000_000)  # a 2 M-kernel trace's
+    monkeypatch.setattr(memory, "analysis_limit", lambda kernels, host_rows, **_: 3_000_000_000)  # a 2 M-kernel trace's
     monkeypatch.setattr(memory, "physical_memory", lambda: 16 << 30)  # room for that limit twice over
     with traceview.load(SAMPLE) as trace:
         assert trace.scalar("SELECT current_setting('block_allocator_memory')") == "2.7 GiB"

@@ -178,7 +178,7 @@ def _size_for_analysis(con: duckdb.DuckDBPyConnection, memory_limit: str | None)
     """Once the rows are known, the limit follows what the analysis will hold (traceview.memory); under the
     user's limit only the blocks DuckDB keeps for reuse do, up to that limit."""
     counts = db.EventCounts.of(con)
-    limit = memory.analysis_limit(counts.device_rows, counts.host_rows)
+    limit = memory.analysis_limit(counts.device_rows, counts.host_rows, table_bytes=db.table_bytes(con))
     user = _user_limit(memory_limit)
     if user:
         memory.hold_blocks(con, min(limit, memory.setting_bytes(user)))

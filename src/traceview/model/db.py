@@ -143,6 +143,12 @@ def share_cores(con: duckdb.DuckDBPyConnection, statements: int) -> None:
     con.execute("SET threads = $threads", {"threads": max(1, memory.cores() // statements)})
 
 
+def table_bytes(con: duckdb.DuckDBPyConnection) -> int:
+    """The bytes DuckDB holds for its tables, in memory and spilled to disk."""
+    return con.execute("""SELECT coalesce(sum(memory_usage_bytes + temporary_storage_bytes), 0)::BIGINT
+                          FROM duckdb_memory() WHERE tag = 'IN_MEMORY_TABLE'""").fetchall()[0][0]
+
+
 @dataclass(frozen=True)
 class EventCounts:
     """The rows of the event tables, which size the memory limit and how many statements run at once."""
