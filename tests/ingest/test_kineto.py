@@ -38,20 +38,26 @@ def test_vllm_h100_timestamps_are_exact_nanoseconds() -> None:
 
 def test_times_far_from_the_first_are_exact_nanoseconds(tmp_path) -> None:
     """Times within 10^12 µs of the first are converted through 64-bit decimals, the rest through 128-bit ones:
-    an epoch time, a negative one and times either side of the bound are all exact."""
+    an epoch time, a negative one and times either side of the bound are all exact. Times no 64-bit nanosecond
+    count holds (a corrupt trace's) are dropped with the diagnostic, not a failed load."""
     from decimal import Decimal
 
     import traceview
 
     times = [("0.001", "1.5"), ("1733000000000000.123", "0.001"), ("-5.5", "2"), ("12.25", "0.004"),
              ("999999999999.999", "999999999999.999"), ("1000000000000.002", "0")]
+    corrupt = [("100000000000000000", "1"), ("-100000000000000000", "1"), ("3", "100000000000000000"),
+               ("-90000000000000000000000000000000000", "1")]
     text = ",".join(f'{{"ph": "X", "cat": "kernel", "name": "k{i}", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, '
-                    f'"args": {{"correlation": {i}, "device": 0, "stream": 7}}}}' for i, (ts, dur) in enumerate(times))
+                    f'"args": {{"correlation": {i}, "device": 0, "stream": 7}}}}'
+                    for i, (ts, dur) in enumerate(times + corrupt))
     path = tmp_path / "far.json"
     path.write_text(f'{{"baseTimeNanoseconds": 1000, "traceEvents": [{text}]}}')
-    rows = traceview.load(path).con.execute("SELECT start_ns, end_ns FROM kernels ORDER BY correlation_id").fetchall()
+    trace = traceview.load(path)
+    rows = trace.con.execute("SELECT start_ns, end_ns FROM kernels ORDER BY correlation_id").fetchall()
     assert rows == [(1000 + int(Decimal(ts) * 1000), 1000 + int((Decimal(ts) + Decimal(dur)) * 1000))
                     for ts, dur in times]
+    assert trace.scalar("SELECT message FROM diagnostics WHERE code = 'implausible_times'").startswith("4 events")
 
 
 def test_vllm_h100_metadata_devices_and_rank() -> None:

@@ -40,6 +40,10 @@ MAX_HEAD_BYTES = 64 << 20
 SNIFF_BYTES = 1 << 20
 SNIFF_CHUNK = 64 << 10
 EPOCH_2001_US = 10**15
+MAX_ORIGIN_US = db.MAX_TIMESTAMP_NS // 1000  # a later first time is corrupt: it only loses the fast conversion
+# a time no conversion reaches: past db.MAX_TIMESTAMP_NS, so drop_implausible_times drops the event, and within
+# BIGINT with a duration added
+BEYOND_NS = 9 * 10**18
 MAX_JSON_BYTES_ENV = "TRACEVIEW_MAX_JSON_BYTES"
 DEFAULT_MAX_JSON_BYTES = 64 << 30  # decompressed JSON; a bigger one is almost surely a gzip bomb
 SALVAGE_TRIES = 8
@@ -337,7 +341,7 @@ def read(path: Path, con: duckdb.DuckDBPyConnection, rank: int | None = None) ->
     first_ts = con.execute("SELECT min(ts) FROM _kineto_events WHERE ts > 0").fetchall()[0][0]
     _insert_trace_info(con, path, meta, rank, base_ns, first_ts, _int_or_none(dist.get("world_size")))
     _insert_devices(con, meta, rank)
-    _stage_events(con, rank, base_ns, first_ts or 0)
+    _stage_events(con, rank, base_ns, first_ts if first_ts is not None and first_ts < MAX_ORIGIN_US else 0)
     _add_diagnostics(con, rank)
     for code, message in notes:
         db.add_diagnostic(con, rank, "ingest", "warning", code, message)
@@ -648,20 +652,26 @@ def _insert_devices(con, meta: dict, rank: int) -> None:
 def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int, origin: Decimal) -> None:
     """Split the raw events into the staged contract tables, with times in integer ns. `origin`, any time in µs
     (the trace's first), only makes the conversion fast."""
-    params = {"rank": rank, "base_ns": base_ns, "origin": origin, "origin_ns": int(origin * 1000)}
+    params = {"rank": rank, "base_ns": base_ns, "origin": origin, "origin_ns": int(origin * 1000),
+              "beyond_ns": BEYOND_NS}
     # ts and dur are exact decimals with 3 places, so the end in ns is the start plus the duration, each exact; the
     # start computed once (DuckDB shares the repeated expression). A DECIMAL(38,3) cast to BIGINT divides 128-bit
     # integers, which cost 0.2 s per million events; DECIMAL(18,3) is a BIGINT, so a time within 10^12 µs of the
     # origin and a duration under 10^12 µs are converted through it (the 10x vLLM trace's 1.3 M ranges:
-    # 0.28 -> 0.06 s for their starts), and only the others as DECIMAL(38,3)
-    start_sql = """coalesce($origin_ns::BIGINT + CAST(CAST(TRY_CAST(ts - $origin::DECIMAL(38,3) AS DECIMAL(15,3))
-                                                          AS DECIMAL(18,3)) * 1000 AS BIGINT),
-                            CAST(ts * 1000 AS BIGINT))"""
+    # 0.28 -> 0.06 s for their starts), and only the others as DECIMAL(38,3). A time BIGINT ns cannot hold
+    # becomes BEYOND_NS (its sign kept), which drop_implausible_times drops with its diagnostic
+    start_sql = """CASE WHEN ts IS NOT NULL THEN coalesce(
+        TRY($base_ns::BIGINT + $origin_ns::BIGINT
+            + CAST(CAST(TRY_CAST(ts - $origin::DECIMAL(38,3) AS DECIMAL(15,3)) AS DECIMAL(18,3)) * 1000 AS BIGINT)),
+        TRY($base_ns::BIGINT + CAST(ts * 1000 AS BIGINT)),
+        sign(ts)::BIGINT * $beyond_ns::BIGINT) END"""
     dur_sql = """coalesce(CAST(CAST(TRY_CAST(dur AS DECIMAL(15,3)) AS DECIMAL(18,3)) * 1000 AS BIGINT),
-                          CAST(dur * 1000 AS BIGINT))"""
+                          TRY(CAST(dur * 1000 AS BIGINT)), $beyond_ns::BIGINT)"""
     times_sql = f"""
-        $base_ns::BIGINT + {start_sql} AS start_ns,
-        $base_ns::BIGINT + {start_sql} + CASE WHEN dur > 0 THEN {dur_sql} ELSE 0 END AS end_ns"""
+        {start_sql} AS start_ns,
+        CASE WHEN ts IS NOT NULL
+             THEN coalesce(TRY({start_sql} + CASE WHEN dur > 0 THEN {dur_sql} ELSE 0 END), $beyond_ns::BIGINT)
+        END AS end_ns"""
     host_ids_sql = "TRY_CAST(pid AS BIGINT) AS pid, TRY_CAST(tid AS BIGINT) AS tid"
     con.execute(
         f"""
