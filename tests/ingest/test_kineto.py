@@ -251,9 +251,9 @@ def test_args_read_as_a_struct_give_the_tables_json_gives(tmp_path, monkeypatch,
     monkeypatch.setattr(kineto, "_read_events_file", lambda *args: forms.append(args[-1]) or real_read(*args))
     struct = _contents(traceview.load(path))
     assert forms[0] is True
-    real_sql, real_params = kineto._events_sql, kineto._events_params
-    monkeypatch.setattr(kineto, "_events_sql", lambda struct_args: real_sql(False))
-    monkeypatch.setattr(kineto, "_events_params", lambda files, size, struct_args: real_params(files, size, False))
+    real_create = kineto._create_events_table
+    monkeypatch.setattr(kineto, "_create_events_table",
+                        lambda con, index, file, size, struct_args: real_create(con, index, file, size, False))
     assert struct == _contents(traceview.load(path))
     if trace == "tricky-args":
         assert struct["ranges"][0][11:] == (10**16, "1e-7", '["float","\\"q\\""]', 'a"bé', 1e300)

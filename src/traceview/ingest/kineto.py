@@ -446,8 +446,7 @@ def _parse_part(con: duckdb.DuckDBPyConnection, part: Path, index: int,
     read as one file."""
     with gate:
         try:
-            con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + str(index))} AS {_events_sql(struct_args)}",
-                        _events_params([str(part)], EVENT_BYTES, struct_args))
+            _create_events_table(con, index, part, EVENT_BYTES, struct_args)
         except duckdb.Error as exc:
             return exc
     return None
@@ -565,7 +564,13 @@ def _read_events_file_any_size(con: duckdb.DuckDBPyConnection, events_file: Path
 def _read_events_file(con: duckdb.DuckDBPyConnection, events_file: Path,
                       max_event_bytes: int = EVENT_BYTES, struct_args: bool = False) -> None:
     """Parse the whole events file into the first part's table."""
-    con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + '0')} AS {_events_sql(struct_args)}",
+    _create_events_table(con, 0, events_file, max_event_bytes, struct_args)
+
+
+def _create_events_table(con: duckdb.DuckDBPyConnection, index: int, events_file: Path, max_event_bytes: int,
+                         struct_args: bool) -> None:
+    """Parse one file of events into the part table `index`, with `args` read as a struct or as JSON text."""
+    con.execute(f"CREATE OR REPLACE TABLE {db.ident(PART_TABLE + str(index))} AS {_events_sql(struct_args)}",
                 _events_params([str(events_file)], max_event_bytes, struct_args))
 
 
