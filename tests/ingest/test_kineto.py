@@ -261,6 +261,28 @@ def test_args_read_as_a_struct_give_the_tables_json_gives(tmp_path, monkeypatch,
         assert struct["kernels"][0][19:21] == (10**16, "graph")
 
 
+def test_memop_kinds_come_from_the_name_else_from_args(tmp_path) -> None:
+    """A copy's kind and memories come from its name ('Memcpy HtoD (Pinned -> Device)'), a memset's memory from
+    'Memset (Device)', as nsys gives them; a copy whose name does not say its kind takes `args.kind`, as ROCm
+    traces write it ('HtoD')."""
+    import traceview
+
+    def event(cat: str, name: str, ts: int, args: dict) -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 2,
+                "args": {"device": 0, "stream": 7, "bytes": 64, **args}}
+    path = tmp_path / "memops.json"
+    path.write_text(json.dumps({"traceEvents": [
+        event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", 10, {"kind": "DtoD"}),
+        event("gpu_memset", "Memset (Device)", 20, {}),
+        event("gpu_memcpy", "hipMemcpyAsync", 30, {"kind": "DtoH"}),
+        event("gpu_memcpy", "copy", 40, {}),
+    ]}))
+    rows = traceview.load(path).con.execute(
+        "SELECT kind, copy_kind, src_kind, dst_kind FROM memops ORDER BY start_ns").fetchall()
+    assert rows == [("memcpy", "HtoD", "Pinned", "Device"), ("memset", None, None, "Device"),
+                    ("memcpy", "DtoH", None, None), ("memcpy", None, None, None)]
+
+
 @pytest.mark.parametrize("args, expected", [
     ({"correlation": 3, "correlation": 4}, 3),  # noqa: F601 - a key twice: json_extract_string takes the first
     ("not an object", None),

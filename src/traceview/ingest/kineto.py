@@ -724,9 +724,11 @@ def _stage_events(con: duckdb.DuckDBPyConnection, rank: int, base_ns: int, origi
         ),
         m AS (
             SELECT CASE WHEN cat = 'gpu_memcpy' THEN 'memcpy' ELSE 'memset' END AS kind, name, {times_sql},
-                   coalesce(regexp_extract(name, '^Memcpy (\\S+)', 1), arg_kind) AS copy_kind,
+                   -- regexp_extract gives '' where the name does not match, which coalesce would keep
+                   coalesce(nullif(regexp_extract(name, '^Memcpy (\\S+)', 1), ''), arg_kind) AS copy_kind,
                    regexp_extract(name, '\\((.+) -> ', 1) AS src_kind,
-                   coalesce(regexp_extract(name, '-> (.+)\\)$', 1), regexp_extract(name, '^Memset \\((.+)\\)$', 1)) AS dst_kind,
+                   coalesce(nullif(regexp_extract(name, '-> (.+)\\)$', 1), ''),
+                            regexp_extract(name, '^Memset \\((.+)\\)$', 1)) AS dst_kind,
                    TRY_CAST(coalesce(arg_bytes, arg_size) AS BIGINT) AS bytes,
                    coalesce(TRY_CAST(arg_device AS INTEGER), TRY_CAST(pid AS INTEGER)) AS device_id,
                    TRY_CAST(arg_stream AS BIGINT) AS stream_id,
