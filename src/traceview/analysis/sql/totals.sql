@@ -299,13 +299,18 @@ FROM split ORDER BY phase;
 --     sample has the launches' distribution whatever their order (a stride over start order would alias with a
 --     step's repeating mix of shapes). `traceview diff` bootstraps per-launch time over them
 CREATE OR REPLACE VIEW kernel_families AS
-SELECT short_name, category, count(*) AS count, sum(dur_ns)::BIGINT AS time_ns,
-       string_agg(DISTINCT phase, ', ' ORDER BY phase) AS phases,
-       quantile_cont(dur_ns, 0.5)::DOUBLE AS median_ns, quantile_cont(dur_ns, 0.9)::DOUBLE AS p90_ns,
-       CASE WHEN count(*) <= 256 THEN list(dur_ns::BIGINT ORDER BY dur_ns)
-            ELSE quantile_disc(dur_ns::BIGINT, list_transform(range(256), lambda i: (i + 0.5) / 256)) END
-           AS launch_sample_ns
-FROM kernels GROUP BY short_name, category ORDER BY time_ns DESC, short_name, category;
+WITH sizes AS (SELECT short_name, category, count(*) AS n FROM kernels GROUP BY short_name, category)
+SELECT k.short_name, k.category, count(*) AS count, sum(k.dur_ns)::BIGINT AS time_ns,
+       string_agg(DISTINCT k.phase, ', ' ORDER BY k.phase) AS phases,
+       quantile_cont(k.dur_ns, 0.5)::DOUBLE AS median_ns, quantile_cont(k.dur_ns, 0.9)::DOUBLE AS p90_ns,
+       -- each family's rows feed one of the two (a CASE over the aggregates computed both for every family: on
+       -- the 2 M-kernel export, an ordered list of every launch that no family showed)
+       coalesce(list(k.dur_ns::BIGINT ORDER BY k.dur_ns) FILTER (WHERE s.n <= 256),
+                quantile_disc(k.dur_ns::BIGINT, list_transform(range(256), lambda i: (i + 0.5) / 256))
+                    FILTER (WHERE s.n > 256)) AS launch_sample_ns
+FROM kernels k
+JOIN sizes s ON s.short_name IS NOT DISTINCT FROM k.short_name AND s.category IS NOT DISTINCT FROM k.category
+GROUP BY k.short_name, k.category ORDER BY time_ns DESC, k.short_name, k.category;
 
 -- view kernel_family_rates: one row per kernel short name, longest first: the top-kernels table
 --   short_name: `kernels.short_name`
