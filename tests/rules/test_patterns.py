@@ -1,4 +1,5 @@
-"""The patterns a kernel-efficiency finding names as its evidence: each chain's kernels in order, cut after 8."""
+"""The patterns a kernel-efficiency finding names as its evidence: each chain's kernels in order, cut after 8
+(TV303) or 10 (TV304)."""
 
 from __future__ import annotations
 
@@ -26,3 +27,23 @@ def test_tv303_patterns_name_each_chains_first_8_kernels_in_order() -> None:
     whole = [row for row in others if " > ... (" not in row["pattern"]]
     assert len(whole) >= 3
     assert all(row["kernels"] == row["chains"] * len(row["pattern"].split(" > ")) for row in whole)
+
+
+@pytest.mark.parametrize(("trace", "pattern"), [
+    ("profile_small_fwd_A100", "aten::bmm > aten::div > aten::where > aten::where > reduce_kernel > aten::sub"
+                               " > aten::exp > reduce_kernel > aten::div > aten::copy_ > aten::bmm"),
+    ("profile_small_fwd_A100_cl4096", "aten::bmm > aten::div > aten::div > aten::where > aten::where > aten::where"
+                                      " > reduce_kernel > reduce_kernel > aten::sub > aten::sub > aten::exp > ..."
+                                      " > aten::bmm"),
+], ids=["9-between", "16-between"])
+def test_tv304_patterns_name_the_ops_between_the_gemms_in_order(trace: str, pattern: str) -> None:
+    """The hand-written attention of bolongcheng's Transformer LM (nsys, NVTX-named ops): the 9 kernels between its
+    two bmm GEMMs are named whole, in launch order; at 4,096 tokens each op runs as two kernels, 16 in all, and the
+    pattern names the first 10 and marks the rest."""
+    path = SHARED_TRACES / f"nsys/bolongcheng__assignment2-systems__{trace}.sqlite"
+    if not path.exists():
+        pytest.skip(f"{path} is not present")
+    rule = next(r for r in load_rules() if r.id == "TV304")
+    (finding,) = run_rule(analysed(path).con, rule, RuleConfig(select=("TV304",)).params_for(rule), "warning", {})
+    (row,) = finding.evidence["rows"]
+    assert (row["pattern"], row["chains"]) == (pattern, 12)
