@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,6 +63,36 @@ def test_hf_forward_with_shapes_is_prefill_from_input_shapes() -> None:
     trace = analysed(TORCH / "tracelens__h100_hf_qwen1.5-0.5b-chat.json.gz")
     assert trace.sql("SELECT phase, phase_source FROM steps").rows() == [("prefill", "input_shapes")]
 
+
+
+@requires_shared
+def test_kernels_launched_before_the_capture_belong_to_the_step_holding_their_start() -> None:
+    """HF Qwen on H100: 436 kernels have no launch call (launched before the profiler window opened). They go by
+    where they ran: those starting inside step 0's window belong to it, the 6 that start before it to no step."""
+    trace = analysed(TORCH / "tracelens__h100_hf_qwen1.5-0.5b-chat.json.gz")
+    window_start = trace.scalar("SELECT start_ns FROM step_windows WHERE step_id = 0")
+    unlinked = trace.sql("SELECT start_ns, step_id FROM kernels WHERE launch_call_id IS NULL").rows()
+    assert len(unlinked) == 436
+    assert sorted({(start >= window_start, step) for start, step in unlinked}) == [(False, None), (True, 0)]
+    assert sum(start < window_start for start, _ in unlinked) == 6
+
+
+def test_kernels_of_launch_calls_with_no_pid_belong_to_the_step_holding_their_start(tmp_path: Path) -> None:
+    """A launch call whose pid is not a number (a hand-made trace's "host") links its kernel by correlation id
+    alone, so the kernel has no pid to find its call's step by: like a kernel launched before the capture, it
+    goes by where it ran."""
+    def event(cat: str, name: str, ts: int, args: dict, pid: object = "host") -> dict:
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": 1, "ts": ts, "dur": 50, "args": args}
+    events = []
+    for step in (0, 1):
+        events += [{**event("user_annotation", f"ProfilerStep#{step}", 1000 * step, {}), "dur": 1000},
+                   event("cuda_runtime", "cudaLaunchKernel", 1000 * step + 10, {"correlation": step}),
+                   event("kernel", "k", 1000 * step + 100, {"correlation": step, "device": 0, "stream": 7}, pid=0)]
+    path = tmp_path / "pidless.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    trace = traceview.load(path).analyze()
+    assert trace.sql("SELECT pid, launch_call_id, step_id FROM kernels ORDER BY kernel_id").rows() == [
+        (None, 0, 0), (None, 1, 1)]
 
 def test_generated_serving_run_phases_from_annotations(tmp_path: Path) -> None:
     spec = llm_serving_spec()

@@ -360,8 +360,11 @@ by_burst AS (
     WHERE t.end_ns <= w.end_ns
 ),
 by_start AS (
+    -- a kernel linked to its launch call has that call's pid and correlation id, so only the unlinked ones (and
+    -- those of no known pid) are looked up among the calls: on the 2 M-kernel export the lookup hashed 2 M calls
+    -- for no kernel
     SELECT t.rank, t.kernel_id, w.step_id
-    FROM (SELECT * FROM kernels t WHERE NOT EXISTS (
+    FROM (SELECT * FROM kernels t WHERE (t.launch_call_id IS NULL OR t.pid IS NULL) AND NOT EXISTS (
               SELECT 1 FROM api_calls a
               WHERE a.rank = t.rank AND a.pid = t.pid AND a.correlation_id = t.correlation_id)) t
     ASOF JOIN step_work_windows w ON t.rank = w.rank AND t.start_ns >= w.start_ns
