@@ -269,3 +269,19 @@ def test_a_bad_entry_a_trace_needs_is_named_when_the_trace_is_costed(tmp_path: P
     with traceview.load(REPO / "sample_traces" / "llm_serving.pt.trace.json.gz") as trace:
         with pytest.raises(TraceviewError, match=r"entry 'x': bytes is not valid SQL"):
             op_costs.build_op_costs(trace.con, models)
+
+
+def test_each_op_range_gets_the_costs_of_its_own_inputs(tmp_path: Path) -> None:
+    """Ops are costed once per signature (op and recorded inputs) and every range takes its own: three causal
+    SDPA calls, two non-causal ones of the same shapes and types, and one whose values the trace did not record."""
+    op, dims, types, causal = GENERATED_OPS[0]
+    plain = [value if value != "True" else "False" for value in causal]
+    values = [causal] * 3 + [plain] * 2 + [None]
+    ranges = tuple(Range(op, 10_000 * (i + 1), 10_000 * (i + 1) + 5_000, kind="cpu_op", input_dims=dims,
+                         input_types=types, input_values=v) for i, v in enumerate(values))
+    spec = TraceSpec(gpus=(GPU,), kernels=(Kernel("vectorized_elementwise_kernel", 90_000, 2_000),), ranges=ranges)
+    trace = traceview.load(write_kineto(spec, tmp_path / "sdpa.pt.trace.json"))
+    op_costs.build_op_costs(trace.con)
+    full = 2 * 2 * 8 * 128 * 256 * (64 + 64)
+    assert trace.sql("SELECT flops FROM op_costs ORDER BY start_ns").rows() == [
+        (full * 0.5,), (full * 0.5,), (full * 0.5,), (full,), (full,), (None,)]

@@ -171,26 +171,21 @@ def _build_op_costs(con: duckdb.DuckDBPyConnection, models: tuple[CostModel, ...
     MODULE.run(con, "units")
     con.execute(
         f"""
-        CREATE OR REPLACE TABLE op_costs AS
+        CREATE OR REPLACE TEMP TABLE _priced AS
         WITH costs AS (
             SELECT *, CASE cost_model {byte_arms_sql} END AS model_bytes,
                    CASE cost_model {flop_arms_sql} END AS model_flops
             FROM _modeled
         ),
         moved AS (
-            SELECT rank, range_id, CASE cost_model {byte_arms_sql} END AS elements
+            SELECT signature, CASE cost_model {byte_arms_sql} END AS elements
             FROM _modeled_units
         )
-        SELECT c.rank, c.range_id, c.kind, c.pid, c.tid, c.start_ns, c.end_ns, c.external_id, c.op,
-               CASE WHEN c.model_flops IS NOT NULL THEN c.model_flops ELSE c.recorded_flops END AS flops,
-               c.model_bytes AS bytes, m.elements,
-               type_dtype(c.types[1]) AS input_dtype,
+        SELECT c.op, c.input_dims, c.input_types, c.input_values, c.cost_model, c.model_flops, c.model_bytes,
+               m.elements, type_dtype(c.types[1]) AS input_dtype,
                -- tokens per sequence of a [batch, seq, features] linear input: 1 in decode, the prompt in prefill
-               CASE WHEN c.op IN ('aten::linear', 'aten::matmul') AND len(c.d1) = 3 THEN c.d1[2] END AS seq_len,
-               CASE WHEN c.cost_model IS NOT NULL THEN c.cost_model
-                    WHEN c.recorded_flops IS NOT NULL THEN 'profiler' END AS cost_model
-        FROM costs c JOIN moved m USING (rank, range_id)
-        WHERE c.cost_model IS NOT NULL OR c.recorded_flops IS NOT NULL
+               CASE WHEN c.op IN ('aten::linear', 'aten::matmul') AND len(c.d1) = 3 THEN c.d1[2] END AS seq_len
+        FROM costs c JOIN moved m USING (signature)
         """,
         {m.id_parameter: m.id for m in used},
     )

@@ -6,8 +6,9 @@
 --
 -- op_costs.py runs the sections and, between them, the two statements whose text carries the cost models'
 -- SQL (their `when`, `bytes` and `flops` expressions; the op names, patterns and entry ids in them are bound
--- parameters): `_modeled` (each shaped op with the first entry that matches it, `cost_model`) from
--- `_op_inputs`, and `op_costs` from `_modeled` and `_modeled_units`.
+-- parameters): `_modeled` (each shaped op signature with the first entry that matches it, `cost_model`) from
+-- `_op_inputs`, and `_priced` (each signature's costs) from `_modeled` and `_modeled_units`; `op_costs` gives
+-- every op range its signature's costs.
 
 -- The macros op_costs.toml's expressions may use, and the two its variables are built with: a type's bytes
 -- per element, and the dtype a type's peak is looked up by.
@@ -47,14 +48,21 @@ CREATE OR REPLACE TEMP MACRO type_dtype(t) AS (CASE t WHEN 'c10::BFloat16' THEN 
 SELECT count(*) FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx');
 
 -- section: trace_ops
+-- An op range's op: for NVTX the text before the first comma (emit_nvtx appends `seq = N` and the like)
+CREATE OR REPLACE TEMP MACRO range_op(kind, name) AS (CASE WHEN kind = 'nvtx' THEN trim(split_part(name, ',', 1))
+                                                           ELSE name END);
+
+-- One row per op signature (op and recorded inputs): the cost models read nothing else, and a trace repeats a few
+-- hundred signatures over its op ranges (the 2 M-kernel export: 161 over 180 k), so each is costed once and the
+-- ranges join their signature's costs
 CREATE OR REPLACE TEMP VIEW _shaped_ops AS
-SELECT rank, range_id, kind, pid, tid, start_ns, end_ns, external_id, flops AS recorded_flops,
-       CASE WHEN kind = 'nvtx' THEN trim(split_part(name, ',', 1)) ELSE name END AS op,
+SELECT row_number() OVER () AS signature, op, input_dims, input_types, input_values,
        TRY_CAST(input_dims AS BIGINT[][]) AS dims,
        TRY(from_json(input_types, '["VARCHAR"]')) AS types,
        TRY(from_json(input_values, '["VARCHAR"]')) AS vals,
        input_values IS NOT NULL AS values_known
-FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx');
+FROM (SELECT DISTINCT range_op(kind, name) AS op, input_dims, input_types, input_values
+      FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx'));
 
 -- no ops, to bind op_costs.toml's expressions against (op_costs.load_cost_models)
 -- section: no_ops
@@ -168,6 +176,19 @@ SELECT * REPLACE (u1 AS s1, u2 AS s2, u3 AS s3, u4 AS s4, u5 AS s5, u6 AS s6,
 FROM _modeled;
 
 -- section: finish
+-- each op range with its signature's costs; the profiler's own FLOP count where no entry gives FLOPs
+CREATE OR REPLACE TABLE op_costs AS
+SELECT r.rank, r.range_id, r.kind, r.pid, r.tid, r.start_ns, r.end_ns, r.external_id, p.op,
+       CASE WHEN p.model_flops IS NOT NULL THEN p.model_flops ELSE r.flops END AS flops,
+       p.model_bytes AS bytes, p.elements, p.input_dtype, p.seq_len,
+       CASE WHEN p.cost_model IS NOT NULL THEN p.cost_model WHEN r.flops IS NOT NULL THEN 'profiler' END AS cost_model
+FROM (SELECT *, range_op(kind, name) AS op FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx')) r
+JOIN _priced p ON p.op = r.op AND p.input_dims = r.input_dims AND p.input_types IS NOT DISTINCT FROM r.input_types
+              AND p.input_values IS NOT DISTINCT FROM r.input_values
+WHERE p.cost_model IS NOT NULL OR r.flops IS NOT NULL;
+
+DROP TABLE _priced;
+
 DROP VIEW _modeled_units;
 
 DROP TABLE _modeled;
