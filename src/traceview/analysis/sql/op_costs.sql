@@ -48,9 +48,11 @@ CREATE OR REPLACE TEMP MACRO type_dtype(t) AS (CASE t WHEN 'c10::BFloat16' THEN 
 SELECT count(*) FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx');
 
 -- section: trace_ops
--- An op range's op: for NVTX the text before the first comma (emit_nvtx appends `seq = N` and the like)
-CREATE OR REPLACE TEMP MACRO range_op(kind, name) AS (CASE WHEN kind = 'nvtx' THEN trim(split_part(name, ',', 1))
-                                                           ELSE name END);
+-- The op ranges, each with its op: for NVTX the text before the first comma (emit_nvtx appends `seq = N` and the
+-- like)
+CREATE OR REPLACE TEMP VIEW _op_ranges AS
+SELECT *, CASE WHEN kind = 'nvtx' THEN trim(split_part(name, ',', 1)) ELSE name END AS op
+FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx');
 
 -- One row per op signature (op and recorded inputs): the cost models read nothing else, and a trace repeats a few
 -- hundred signatures over its op ranges (the 2 M-kernel export: 161 over 180 k), so each is costed once and the
@@ -61,8 +63,7 @@ SELECT row_number() OVER () AS signature, op, input_dims, input_types, input_val
        TRY(from_json(input_types, '["VARCHAR"]')) AS types,
        TRY(from_json(input_values, '["VARCHAR"]')) AS vals,
        input_values IS NOT NULL AS values_known
-FROM (SELECT DISTINCT range_op(kind, name) AS op, input_dims, input_types, input_values
-      FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx'));
+FROM (SELECT DISTINCT op, input_dims, input_types, input_values FROM _op_ranges);
 
 -- no ops, to bind op_costs.toml's expressions against (op_costs.load_cost_models)
 -- section: no_ops
@@ -182,7 +183,7 @@ SELECT r.rank, r.range_id, r.kind, r.pid, r.tid, r.start_ns, r.end_ns, r.externa
        CASE WHEN p.model_flops IS NOT NULL THEN p.model_flops ELSE r.flops END AS flops,
        p.model_bytes AS bytes, p.elements, p.input_dtype, p.seq_len,
        CASE WHEN p.cost_model IS NOT NULL THEN p.cost_model WHEN r.flops IS NOT NULL THEN 'profiler' END AS cost_model
-FROM (SELECT *, range_op(kind, name) AS op FROM ranges WHERE input_dims IS NOT NULL AND kind IN ('cpu_op', 'nvtx')) r
+FROM _op_ranges r
 JOIN _priced p ON p.op = r.op AND p.input_dims = r.input_dims AND p.input_types IS NOT DISTINCT FROM r.input_types
               AND p.input_values IS NOT DISTINCT FROM r.input_values
 WHERE p.cost_model IS NOT NULL OR r.flops IS NOT NULL;
@@ -196,6 +197,8 @@ DROP TABLE _modeled;
 DROP VIEW _op_inputs;
 
 DROP VIEW _shaped_ops;
+
+DROP VIEW _op_ranges;
 
 -- with no shaped op ranges (most nsys exports and unshaped Kineto traces): planning the cost query is skipped
 -- section: empty
