@@ -83,6 +83,32 @@ def test_vllm_execute_model_windows_are_python_function_ranges() -> None:
     assert windows == 11
 
 
+def test_range_ids_and_depths_belong_to_their_own_ranges() -> None:
+    """HF BERT's 1,866 ranges are listed out of start order, so the row a range is staged in is not its id: each
+    range's id is its place in (start, end descending, kind, name, pid, tid), and its depth is the count, found by a
+    self-join, of the ranges of its thread and kind open just before it opens (opened earlier, or at the same
+    instant with a lower id; ending after it opens, or a zero-length range at that instant)."""
+    trace = ingested(TORCH / "tracelens__h100_hf_bert-small.json.gz")
+    misnumbered = trace.scalar("""
+        SELECT count(*) FROM (
+            SELECT range_id, row_number() OVER (ORDER BY start_ns, end_ns DESC, kind, name, pid, tid) - 1 AS place
+            FROM ranges)
+        WHERE range_id <> place""")
+    depths = trace.con.execute("""
+        WITH open_before AS (
+            SELECT c.range_id, count(*) AS open
+            FROM ranges c
+            JOIN ranges p ON p.rank = c.rank AND p.pid IS NOT DISTINCT FROM c.pid AND p.tid IS NOT DISTINCT FROM c.tid
+                         AND p.kind = c.kind AND p.range_id <> c.range_id
+            WHERE (p.start_ns, p.range_id) < (c.start_ns, c.range_id)
+              AND (p.end_ns > c.start_ns OR (p.end_ns = c.start_ns AND p.start_ns = p.end_ns))
+            GROUP BY c.range_id)
+        SELECT count(*), count(*) FILTER (WHERE r.depth <> coalesce(o.open, 0)), max(r.depth)
+        FROM ranges r LEFT JOIN open_before o USING (range_id)""").fetchall()
+    assert misnumbered == 0
+    assert depths == [(1866, 0, 35)]
+
+
 def test_legacy_2021_categories_map_to_the_modern_schema() -> None:
     trace = ingested(TORCH / "kineto-tbplugin__resnet50_2021_legacy.pt.trace.json.gz")
     assert trace.scalar("SELECT count(*) FROM kernels") == 8772

@@ -539,7 +539,7 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
         numbered AS (
             -- ids and the nesting keys only: the names and shapes join back at the end; the kind as its
             -- place in the trace's list of kinds, so that the sort below compares integers, not strings
-            SELECT r.rank, i.range_id, r.pid, r.tid, list_position(k.kinds, r.kind) AS kind, r.start_ns, r.end_ns
+            SELECT i.row, r.rank, i.range_id, r.pid, r.tid, list_position(k.kinds, r.kind) AS kind, r.start_ns, r.end_ns
             FROM _stage_ranges r JOIN _range_ids i ON i.row = r.rowid, kinds k
         ),
         lanes AS (  -- each (rank, pid, tid, kind) numbered, so that one integer sorts as the four would
@@ -550,7 +550,7 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
             -- the sort key packed in one HUGEINT: the lane, the instant (shifted to be unsigned) and `ord` (ends
             -- before starts at one instant, a zero-length range's end after them); among starts at one instant
             -- the range id orders the longer first, as it is numbered by (start, end descending)
-            SELECT n.range_id, (l.lane::HUGEINT << 66) AS lane_key, n.start_ns, n.end_ns
+            SELECT n.row, n.range_id, (l.lane::HUGEINT << 66) AS lane_key, n.start_ns, n.end_ns
             FROM numbered n JOIN lanes l
               ON l.rank = n.rank AND l.pid IS NOT DISTINCT FROM n.pid AND l.tid IS NOT DISTINCT FROM n.tid
              AND l.kind = n.kind
@@ -558,24 +558,24 @@ def finish_ranges(con: duckdb.DuckDBPyConnection) -> None:
         depths AS (
             -- every range opens and closes on its own lane, so the deltas of each lane sum to zero and one
             -- running sum over all lanes in order equals the per-lane one. The sort runs on every core and the
-            -- sum streams over its order (an empty OVER): a sorted window over eight keys took half as long again
-            SELECT range_id, depth
-            FROM (SELECT range_id, delta, sum(delta) OVER (ROWS UNBOUNDED PRECEDING) - 1 AS depth
-                  FROM (SELECT range_id, lane_key + ((start_ns::HUGEINT + 9223372036854775808) << 2) + 1 AS edge,
-                               1 AS delta
+            -- sum streams over its order (an empty OVER): a sorted window over eight keys took half as long again.
+            -- Each edge carries its staged row, so the names and shapes join back once, by row, with the depth
+            SELECT row, range_id, depth
+            FROM (SELECT row, range_id, delta, sum(delta) OVER (ROWS UNBOUNDED PRECEDING) - 1 AS depth
+                  FROM (SELECT row, range_id,
+                               lane_key + ((start_ns::HUGEINT + 9223372036854775808) << 2) + 1 AS edge, 1 AS delta
                         FROM edges
                         UNION ALL
-                        SELECT range_id, lane_key + ((end_ns::HUGEINT + 9223372036854775808) << 2)
+                        SELECT row, range_id, lane_key + ((end_ns::HUGEINT + 9223372036854775808) << 2)
                                              + CASE WHEN end_ns = start_ns THEN 2 ELSE 0 END, -1
                         FROM edges
                         ORDER BY edge, range_id))
             WHERE delta = 1
         )
-        SELECT r.rank, i.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
+        SELECT r.rank, d.range_id, r.pid, r.tid, r.name, r.kind, r.domain, r.start_ns, r.end_ns,
                r.end_ns - r.start_ns, d.depth, r.external_id, r.input_dims, r.input_types, r.input_values, r.flops
         FROM _stage_ranges r
-        JOIN _range_ids i ON i.row = r.rowid
-        JOIN depths d ON d.range_id = i.range_id
+        JOIN depths d ON d.row = r.rowid
         """
     )
     con.execute("DROP TABLE _range_ids")
