@@ -62,7 +62,8 @@ def test_a_stage_waits_for_what_it_reads_and_for_the_readers_of_what_it_rewrites
     assert after["kernel_costs"] == ["categories", "op_costs", "devices"]
     assert after["step_roles"] == ["step_work", "categories"]
     assert "devices" not in after["steps"]
-    assert after["steps"] == ["step_work", "op_costs", "step_roles"]
+    # the user's kernel patterns are matched once per distinct name, read off the categories' labels
+    assert after["steps"] == ["step_work", "categories", "op_costs", "step_roles"]
     # assemble rewrites kernels: every earlier stage reading the ingested kernels finishes first
     assert after["assemble"] == ["step_work", "categories", "step_roles", "devices", "kernel_costs", "steps"]
     assert after["step_budget"] == ["steps", "activity", "idle_gaps", "steady", "device_busy", "step_windows"]

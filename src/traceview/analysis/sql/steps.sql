@@ -1,7 +1,8 @@
 -- stage: steps
 -- Steps (engine iterations, forward passes, training iterations) and their phase with its evidence; the windows
 -- and the work each one launched come from `step_work`.
--- requires: kernels, op_costs, step_work_windows, step_work_kernels, step_work_memops, step_work_roles
+-- requires: kernels, kernel_name_labels, op_costs, step_work_windows, step_work_kernels, step_work_memops,
+--     step_work_roles
 -- creates: steps
 --
 -- A step's phase: an engine's step annotation (confidence 1.0, or token counts) first, then training evidence
@@ -127,11 +128,19 @@ shapes AS (  -- the shaped ops starting in each window, joined on the thread and
      AND o.start_ns >= w.start_ns AND o.start_ns < w.end_ns
     GROUP BY w.rank, w.step_id
 ),
-mapped AS (  -- per step, the phases the user's kernel-name patterns point to
+user_names AS MATERIALIZED (
+    -- the phase each of the user's patterns gives a kernel name, tried once per distinct name (kernel_name_labels'
+    -- name_key: '' only for a name that is '', which a NULL name does not join), not once per kernel
+    SELECT l.name_key AS name, m.phase
+    FROM (SELECT DISTINCT name_key FROM kernel_name_labels) l
+    JOIN _phase_kernel_patterns m ON regexp_matches(l.name_key, m.pattern)
+),
+mapped AS (  -- per step, the phases the user's patterns point to; without patterns no kernel is read
     SELECT p.rank, p.step_id,
            CASE WHEN count(DISTINCT m.phase) > 1 THEN 'mixed' ELSE any_value(m.phase) END AS user_phase
-    FROM step_work_kernels p JOIN kernels k USING (rank, kernel_id)
-    JOIN _phase_kernel_patterns m ON regexp_matches(k.name, m.pattern)
+    FROM (SELECT * FROM step_work_kernels WHERE EXISTS (SELECT 1 FROM _phase_kernel_patterns)) p
+    JOIN kernels k USING (rank, kernel_id)
+    JOIN user_names m ON m.name = k.name
     GROUP BY ALL
 ),
 joined AS (
