@@ -64,7 +64,6 @@ def test_hf_forward_with_shapes_is_prefill_from_input_shapes() -> None:
     assert trace.sql("SELECT phase, phase_source FROM steps").rows() == [("prefill", "input_shapes")]
 
 
-
 @requires_shared
 def test_kernels_launched_before_the_capture_belong_to_the_step_holding_their_start() -> None:
     """HF Qwen on H100: 436 kernels have no launch call (launched before the profiler window opened). They go by
@@ -93,6 +92,7 @@ def test_kernels_of_launch_calls_with_no_pid_belong_to_the_step_holding_their_st
     trace = traceview.load(path).analyze()
     assert trace.sql("SELECT pid, launch_call_id, step_id FROM kernels ORDER BY kernel_id").rows() == [
         (None, 0, 0), (None, 1, 1)]
+
 
 def test_generated_serving_run_phases_from_annotations(tmp_path: Path) -> None:
     spec = llm_serving_spec()

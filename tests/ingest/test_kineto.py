@@ -291,8 +291,6 @@ def test_memop_kinds_come_from_the_name_else_from_args(tmp_path) -> None:
     """A copy's kind and memories come from its name ('Memcpy HtoD (Pinned -> Device)'), a memset's memory from
     'Memset (Device)', as nsys gives them; a copy whose name does not say its kind takes `args.kind`, as ROCm
     traces write it ('HtoD')."""
-    import traceview
-
     def event(cat: str, name: str, ts: int, args: dict) -> dict:
         return {"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7, "ts": ts, "dur": 2,
                 "args": {"device": 0, "stream": 7, "bytes": 64, **args}}
